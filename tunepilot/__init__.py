@@ -1,0 +1,73 @@
+"""tunepilot: an LLM-driven hyperparameter tuning agent, with Optuna as memory and fallback.
+
+The public API, re-exported by name. Names load on first use, so ``import tunepilot`` (and
+``tune --help``) do not pay for Optuna, torch or JAX.
+
+Example:
+    >>> import tunepilot as tp
+    >>> def train(config, report):
+    ...     return (config["lr"] - 0.01) ** 2
+    >>> tuner = tp.Tuner(tp.trainers.callable(train), tp.SearchSpace.of(lr=tp.Float(1e-4, 1e-1)),
+    ...                  storage="sqlite:///:memory:")
+    >>> result = tuner.run(n_trials=10)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Tuner": "tunepilot.agent.tuner",
+    "TuneResult": "tunepilot.agent.tuner",
+    "from_config": "tunepilot.agent.tuner",
+    "AgentSampler": "tunepilot.agent.suggest",
+    "Suggester": "tunepilot.agent.suggest",
+    "Suggestion": "tunepilot.agent.suggest",
+    "SuggestionFailed": "tunepilot.agent.suggest",
+    "TuneConfig": "tunepilot.config",
+    "load_config": "tunepilot.config",
+    "SearchSpace": "tunepilot.space",
+    "Float": "tunepilot.space",
+    "Int": "tunepilot.space",
+    "Categorical": "tunepilot.space",
+    "History": "tunepilot.memory",
+    "TrialRecord": "tunepilot.memory",
+    "Report": "tunepilot.trainers.base",
+    "TrainResult": "tunepilot.trainers.base",
+    "Trainer": "tunepilot.trainers.base",
+    "TuneError": "tunepilot.errors",
+    "ConfigError": "tunepilot.errors",
+    "TrialFailed": "tunepilot.errors",
+    "Diverged": "tunepilot.errors",
+    "trainers": "tunepilot.trainers",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from tunepilot import trainers
+    from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
+    from tunepilot.agent.tuner import Tuner, TuneResult, from_config
+    from tunepilot.config import TuneConfig, load_config
+    from tunepilot.errors import ConfigError, Diverged, TrialFailed, TuneError
+    from tunepilot.memory import History, TrialRecord
+    from tunepilot.space import Categorical, Float, Int, SearchSpace
+    from tunepilot.trainers.base import Report, Trainer, TrainResult
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tunepilot' has no attribute {name!r}")
+    value = importlib.import_module(module)
+    if name != "trainers":
+        value = getattr(value, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

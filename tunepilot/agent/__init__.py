@@ -1,0 +1,1 @@
+"""The search loop: suggesters, `AgentSampler`, `Tuner`, the display and the `tune` CLI."""

@@ -1,0 +1,211 @@
+"""`tune`: a thin command line over `Tuner`.
+
+Exit codes: 0 the search ended by its own rules (target or budget), 2 bad input, 130 Ctrl-C.
+Only typer and pydantic load at start-up; torch, Lightning, JAX and Optuna load when a command
+needs them, so `tune --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tunepilot.errors import ConfigError
+
+app = typer.Typer(
+    name="tune",
+    help="tunepilot: an LLM-driven hyperparameter tuning agent (Optuna fallback).\n\n"
+    "Quick demo: `tune run` tunes a CTR model on synthetic data in about a minute.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+Storage = Annotated[str | None, typer.Option(help="Optuna storage URL "
+                                              "[default: sqlite:///tunepilot.db]")]
+Study = Annotated[str | None, typer.Option(help="Study name [default: from trainer and data]")]
+ConfigFile = Annotated[Path | None, typer.Option("--config", "-c",
+                                                 help="TOML or YAML file; flags override it")]
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Bad input: one paragraph on stderr, exit code 2, no traceback."""
+    try:
+        yield
+    except ConfigError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@app.command()
+def run(
+    config: ConfigFile = None,
+    trainer: Annotated[str | None, typer.Option(
+        help="lightning (built-in CTR task) or package.module:function")] = None,
+    data: Annotated[str | None, typer.Option(help="synthetic or synthetic:ROWS")] = None,
+    strategy: Annotated[str | None, typer.Option(help="optuna | llm | hybrid")] = None,
+    sampler: Annotated[str | None, typer.Option(help="tpe | random | cmaes | gp")] = None,
+    pruner: Annotated[str | None, typer.Option(help="median | none")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    storage: Storage = None,
+    study: Study = None,
+    n_trials: Annotated[int | None, typer.Option(
+        help="Total trials of the study (a rerun finishes the rest) [default: 20]")] = None,
+    timeout: Annotated[str | None, typer.Option(help="Wall-time budget: 90s, 20m, 8h")] = None,
+    target: Annotated[float | None, typer.Option(
+        help="Stop when a validation loss <= TARGET")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed of sampler and training [default: 0]")] = None,
+) -> None:
+    """Run (or resume) a search."""
+    from rich.console import Console
+
+    from tunepilot.config import load_config
+
+    console = Console(highlight=False, soft_wrap=True)
+    with _user_errors():
+        cfg = load_config(config, trainer=trainer, data=data, strategy=strategy, sampler=sampler,
+                          pruner=pruner, llm=llm, llm_base_url=llm_base_url, storage=storage,
+                          study=study, n_trials=n_trials, timeout=timeout, target=target,
+                          epochs=epochs, seed=seed)
+        import optuna
+
+        from tunepilot.agent.display import console_display
+        from tunepilot.agent.tuner import from_config
+        from tunepilot.memory import redact
+
+        # The display shows every trial, failures included; Optuna's own lines would repeat them.
+        optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+        tuner, notes = from_config(cfg, display=console_display(console))
+        for line in notes:
+            console.print(line, markup=False)
+        console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
+        result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout)
+    _print_summary(console, result, cfg.n_trials)
+    if result.interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _print_summary(console: Any, result: Any, n_trials: int) -> None:
+    from tunepilot.agent.display import format_params
+
+    history = result.history
+    states = {s: sum(t.state == s for t in history) for s in ("complete", "pruned", "fail")}
+    console.print(f"\nstopped: {result.stop_reason}", markup=False)
+    console.print(
+        f"trials: {result.n_finished} finished in study {result.study_name} ({result.n_new} new): "
+        f"{states['complete']} complete, {states['pruned']} pruned, {states['fail']} failed",
+        markup=False,
+    )
+    if result.best_params is not None:
+        console.print(f"best: trial {result.best_number}, validation loss "
+                      f"{result.best_value:.4f}", markup=False)
+        console.print(f"  {format_params(result.best_params)}", markup=False)
+    else:
+        console.print("best: no trial completed yet", markup=False)
+    console.print(f"to resume: {resume_command(sys.argv[1:], result, n_trials)}", markup=False)
+
+
+def resume_command(argv: list[str], result: Any, n_trials: int) -> str:
+    """The command that continues this study (with a bigger budget if it was used up)."""
+    args = list(argv)
+    if result.stop_reason.startswith("budget") or result.target_reached:
+        args = _drop_option(args, "--n-trials") + ["--n-trials", str(max(n_trials, 1) * 2)]
+    if "--study" not in " ".join(args):
+        args += ["--study", result.study_name]
+    return shlex.join(["tune", *args])
+
+
+def _drop_option(args: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
+
+
+@app.command()
+def show(
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+    limit: Annotated[int, typer.Option(help="Rows to show")] = 30,
+) -> None:
+    """The trials of a study as a table, best first, with who proposed each."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tunepilot.agent.display import format_params
+    from tunepilot.memory import History
+
+    with _user_errors():
+        study_obj = _load(storage, study, config)
+    history = History.from_study(study_obj)
+    order = {"complete": 0, "pruned": 1, "running": 2, "waiting": 3, "fail": 4}
+    rows = sorted(history, key=lambda t: (order.get(t.state, 5),
+                                          t.value if t.value is not None else float("inf"),
+                                          t.number))
+    table = Table(title=f"study {study_obj.study_name}: {len(history)} trials")
+    for col in ("#", "state", "val loss", "by", "time", "config", "note"):
+        table.add_column(col, overflow="fold")
+    for t in rows[:limit]:
+        value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
+        note = t.error["message"][:60] if t.error else (t.rationale or "")[:60]
+        table.add_row(str(t.number), t.state, f"{value:.4f}" if value is not None else "-",
+                      t.proposer or "?", f"{t.duration_s:.1f}s" if t.duration_s else "-",
+                      format_params(t.params), note)
+    Console().print(table)
+
+
+@app.command()
+def best(storage: Storage = None, study: Study = None, config: ConfigFile = None) -> None:
+    """The best config of a study as JSON (tuned parameters and fixed settings)."""
+    from tunepilot.memory import History, attrs
+
+    with _user_errors():
+        study_obj = _load(storage, study, config)
+        trial = History.from_study(study_obj).best_trial
+        if trial is None:
+            raise ConfigError(f"Study {study_obj.study_name} has no completed trial yet; run "
+                              "`tune run` (or wait for it) first.")
+    fixed = study_obj.user_attrs.get(attrs.SETTINGS, {}).get("space", {}).get("fixed", {})
+    typer.echo(f"# trial {trial.number}, validation loss {trial.value:.6g}", err=True)
+    typer.echo(json.dumps({**fixed, **trial.params}, indent=2))
+
+
+def _load(storage: str | None, study: str | None, config: Path | None) -> Any:
+    from tunepilot.config import load_config
+    from tunepilot.memory import load_study
+
+    cfg = load_config(config, storage=storage, study=study)
+    return load_study(cfg.storage, cfg.study_name() if (cfg.study or config) else study)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    main()

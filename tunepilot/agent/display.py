@@ -1,0 +1,140 @@
+"""What a person sees while a search runs.
+
+`Display` has a do-nothing method per event; `PlainDisplay` prints one line per trial (logs,
+CI, pipes); `LiveDisplay` keeps a small live panel on a terminal and prints a line per trial above
+it, so the output stays readable however long the search runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from tunepilot.agent.tuner import TuneResult
+    from tunepilot.memory import History, TrialRecord
+
+
+class Display:
+    """Receives the events of a run; every hook does nothing unless overridden."""
+
+    def start(self, study: str, n_trials: int, history: History) -> None: ...
+
+    def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None: ...
+
+    def epoch(self, number: int, epoch: int, val_loss: float) -> None: ...
+
+    def trial_end(self, record: TrialRecord | None, history: History) -> None: ...
+
+    def finish(self, result: TuneResult) -> None: ...
+
+
+def format_params(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in params.items())
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def trial_line(record: TrialRecord, history: History) -> str:
+    best = history.best_trial
+    value = f"{record.value:.4f}" if record.value is not None else (
+        f"{record.curve[-1]:.4f}" if record.curve else "-")
+    mark = "*" if best is not None and best.number == record.number else " "
+    state = record.state
+    if record.state == "pruned":
+        state = f"pruned@{len(record.curve)}"
+    tail = ""
+    if record.error:
+        tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
+    duration = f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""
+    best_txt = f"best {best.value:.4f} (#{best.number})" if best else "best -"
+    return (f"trial {record.number:>3} {mark} {state:<10} {value:>8}   {best_txt:<18} "
+            f"[{record.proposer or '?'}] {duration}  {format_params(record.params)}{tail}")
+
+
+class PlainDisplay(Display):
+    """One line per trial, for logs and pipes."""
+
+    def __init__(self, console: Console | None = None):
+        from rich.console import Console
+
+        self.console = console or Console(highlight=False, soft_wrap=True)
+
+    def start(self, study: str, n_trials: int, history: History) -> None:
+        done = len(history.finished())
+        resumed = f" (resuming: {done} trials done)" if done else ""
+        self.console.print(f"study {study}: up to {n_trials} trials{resumed}")
+
+    def trial_end(self, record: TrialRecord | None, history: History) -> None:
+        if record is not None:
+            self.console.print(trial_line(record, history), markup=False)
+
+
+class LiveDisplay(PlainDisplay):
+    """A live status line (trial n of N, best so far, current epoch) under the trial lines."""
+
+    def __init__(self, console: Console | None = None):
+        super().__init__(console)
+        from rich.live import Live
+
+        self._live = Live(console=self.console, refresh_per_second=4, transient=True)
+        self._n_trials = 0
+        self._done = 0
+        self._best = "-"
+        self._current = ""
+        self._started = 0.0
+
+    def start(self, study: str, n_trials: int, history: History) -> None:
+        super().start(study, n_trials, history)
+        self._n_trials = n_trials
+        self._done = len(history.finished())
+        best = history.best_trial
+        self._best = f"{best.value:.4f} (#{best.number})" if best else "-"
+        self._live.start()
+        self._refresh()
+
+    def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None:
+        self._started = time.monotonic()
+        self._current = f"trial {number} [{proposer or '?'}] {format_params(config)}"
+        self._refresh()
+
+    def epoch(self, number: int, epoch: int, val_loss: float) -> None:
+        elapsed = time.monotonic() - self._started
+        self._current = (f"trial {number}: epoch {epoch}, val loss {val_loss:.4f}, "
+                         f"{elapsed:.1f}s")
+        self._refresh()
+
+    def trial_end(self, record: TrialRecord | None, history: History) -> None:
+        self._done = len(history.finished())
+        best = history.best_trial
+        self._best = f"{best.value:.4f} (#{best.number})" if best else "-"
+        self._current = ""
+        if record is not None:
+            self._live.console.print(trial_line(record, history), markup=False)
+        self._refresh()
+
+    def finish(self, result: TuneResult) -> None:
+        self._live.stop()
+
+    def _refresh(self) -> None:
+        from rich.text import Text
+
+        line = f"[{self._done}/{self._n_trials}] best {self._best}"
+        if self._current:
+            line += f"  |  {self._current}"
+        self._live.update(Text(line, style="bold cyan", overflow="ellipsis", no_wrap=True))
+
+
+def console_display(console: Console | None = None) -> Display:
+    """A live panel on a terminal, plain lines otherwise."""
+    from rich.console import Console
+
+    console = console or Console(highlight=False, soft_wrap=True)
+    return LiveDisplay(console) if console.is_terminal else PlainDisplay(console)

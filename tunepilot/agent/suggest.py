@@ -1,0 +1,142 @@
+"""The suggester seam and `AgentSampler`, which plugs any suggester into Optuna.
+
+A suggester reads the history and proposes the next config::
+
+    class Suggester(Protocol):
+        def __call__(self, space: SearchSpace, history: History) -> Suggestion | None: ...
+
+Returning None (or raising `SuggestionFailed`) hands the trial to the fallback Optuna sampler,
+so a failing LLM never stops a search. Because `AgentSampler` is an ordinary
+`optuna.samplers.BaseSampler`, it drops into any Optuna study, and several workers coordinate
+through the study's storage alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import optuna
+from optuna.samplers import BaseSampler
+
+from tunepilot.errors import ConfigError, TuneError, did_you_mean
+from tunepilot.memory import History, attrs
+from tunepilot.space import SearchSpace
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import FrozenTrial, TrialState
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A proposed config, who proposed it and why, and what it cost (tokens, latency...)."""
+
+    params: Mapping[str, Any]
+    proposer: attrs.Proposer = "llm"
+    rationale: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Suggester(Protocol):
+    def __call__(self, space: SearchSpace, history: History) -> Suggestion | None: ...
+
+
+class SuggestionFailed(TuneError):
+    """A suggester could not produce a valid config; the fallback sampler takes the trial."""
+
+
+SAMPLERS = ("tpe", "random", "cmaes", "gp")
+
+
+def optuna_sampler(name: str, seed: int | None = None) -> BaseSampler:
+    """An Optuna sampler by name: tpe (default), random, cmaes, gp."""
+    name = name.lower()
+    if name == "tpe":
+        # multivariate: lr and batch size interact; independent TPE misses that.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        # Categorical parameters (batch size, precision) fall back to random sampling.
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    if name == "gp":
+        return optuna.samplers.GPSampler(seed=seed)
+    raise ConfigError(
+        f"Unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}.{did_you_mean(name, SAMPLERS)}"
+    )
+
+
+class AgentSampler(BaseSampler):
+    """Asks `suggester` for every trial; anything it does not provide comes from `fallback`.
+
+    With ``suggester=None`` this is exactly the fallback sampler, plus bookkeeping of who
+    proposed each trial.
+
+    Example:
+        >>> sampler = AgentSampler(space, my_llm_suggester, fallback=optuna_sampler("tpe"))
+        >>> study = optuna.create_study(sampler=sampler)  # doctest: +SKIP
+    """
+
+    def __init__(self, space: SearchSpace, suggester: Suggester | None = None,
+                 fallback: BaseSampler | None = None):
+        self.space = space
+        self.suggester = suggester
+        self.fallback = fallback or optuna.samplers.TPESampler(multivariate=True)
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self.suggester is None or _is_enqueued(trial):
+            return self.fallback.infer_relative_search_space(study, trial)
+        return self.space.distributions()
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self.suggester is None or _is_enqueued(trial):
+            return self.fallback.sample_relative(study, trial, search_space)
+        reason = "the suggester returned nothing"
+        suggestion = None
+        try:
+            suggestion = self.suggester(self.space, History.from_study(study))
+        except SuggestionFailed as e:
+            reason = str(e)
+        if suggestion is None:
+            _set_attrs(study, trial, {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: reason})
+            fallback_space = self.fallback.infer_relative_search_space(study, trial)
+            return self.fallback.sample_relative(study, trial, fallback_space)
+        record = {attrs.PROPOSER: suggestion.proposer, **suggestion.meta}
+        if suggestion.rationale:
+            record[attrs.RATIONALE] = suggestion.rationale
+        _set_attrs(study, trial, record)
+        return dict(suggestion.params)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if attrs.PROPOSER not in trial.user_attrs:
+            if _is_enqueued(trial):
+                _set_attrs(study, trial, {attrs.PROPOSER: "enqueued"})
+            elif self.suggester is None:
+                _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
+        self.fallback.before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.fallback.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.fallback.reseed_rng()
+
+
+def _is_enqueued(trial: FrozenTrial) -> bool:
+    return "fixed_params" in trial.system_attrs
+
+
+def _set_attrs(study: optuna.Study, trial: FrozenTrial, values: Mapping[str, Any]) -> None:
+    # Samplers get frozen trials; writing through the storage is how Optuna's own samplers
+    # record per-trial state too.
+    for key, value in values.items():
+        study._storage.set_trial_user_attr(trial._trial_id, key, value)

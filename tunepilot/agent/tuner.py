@@ -1,0 +1,312 @@
+"""`Tuner`: the one search loop behind the CLI, notebooks and workers.
+
+Each trial: the sampler (Optuna's, or `AgentSampler` around a suggester) proposes a config, the
+trainer trains it and reports every epoch (pruning happens there), and the result goes to the
+study's storage. The storage is the only state: a new `Tuner` on the same study resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from tunepilot.agent.display import Display
+from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
+from tunepilot.errors import ConfigError, TrialFailed, did_you_mean
+from tunepilot.config import TuneConfig
+from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, redact
+from tunepilot.space import SearchSpace
+from tunepilot.trainers.base import Trainer, TrainResult, check_finite
+from tunepilot.trainers.ctr_config import check_ctr_keys
+
+_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+_REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
+PRUNERS = ("median", "none")
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What `Tuner.run` ended with. `stop_reason` says which rule stopped the search."""
+
+    study_name: str
+    stop_reason: str
+    best_value: float | None
+    best_params: Mapping[str, Any] | None
+    best_number: int | None
+    n_finished: int  # trials of the study that are done (all runs together)
+    n_new: int  # trials this call ran
+    target_reached: bool
+    interrupted: bool
+    history: History
+
+
+class Tuner:
+    """Tunes `trainer` over `space`, remembering every trial in an Optuna study.
+
+    Example:
+        >>> from tunepilot import Tuner, SearchSpace, Float, trainers
+        >>> def quadratic(config, report):
+        ...     return (config["x"] - 2.0) ** 2
+        >>> tuner = Tuner(trainers.callable(quadratic), SearchSpace.of(x=Float(-5, 5)),
+        ...               storage="sqlite:///:memory:", study="demo")
+        >>> tuner.run(n_trials=30, target=0.01).best_value <= 0.01
+        True
+    """
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        space: SearchSpace,
+        *,
+        storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
+        study: str = "tunepilot",
+        suggester: Suggester | None = None,
+        sampler: str | optuna.samplers.BaseSampler = "tpe",
+        pruner: str | optuna.pruners.BasePruner = "median",
+        seed: int | None = 0,
+        settings: Mapping[str, Any] | None = None,
+        display: Display | None = None,
+    ):
+        if not space.params:
+            raise ConfigError(
+                "The search space has no parameters to tune. Declare some, e.g. in tune.toml: "
+                '[space] lr = { type = "float", low = 1e-5, high = 1e-1, log = true }'
+            )
+        self.trainer = trainer
+        self.space = space
+        self.storage = open_storage(storage) if isinstance(storage, str) else storage
+        self.study_name = study
+        self.suggester = suggester
+        self.sampler = sampler
+        self.pruner = _pruner(pruner)
+        self.seed = seed
+        self.settings = dict(settings or {})
+        self.display = display or Display()
+        self._study: optuna.Study | None = None
+
+    @property
+    def study(self) -> optuna.Study:
+        """The Optuna study, created on first use or resumed if it exists."""
+        if self._study is None:
+            study = optuna.create_study(storage=self.storage, study_name=self.study_name,
+                                        direction="minimize", pruner=self.pruner,
+                                        load_if_exists=True)
+            # Offset the seed by the trials already run, so a resumed search does not replay
+            # the same random proposals.
+            done = len(study.get_trials(deepcopy=False))
+            seed = None if self.seed is None else self.seed + done
+            fallback = (optuna_sampler(self.sampler, seed) if isinstance(self.sampler, str)
+                        else self.sampler)
+            study.sampler = AgentSampler(self.space, self.suggester, fallback)
+            if self.settings:
+                study.set_user_attr(attrs.SETTINGS, self.settings)
+            self._study = study
+        return self._study
+
+    def history(self) -> History:
+        return History.from_study(self.study)
+
+    def run(self, n_trials: int = 20, *, target: float | None = None,
+            timeout: float | None = None) -> TuneResult:
+        """Runs trials until `target` is reached, the study holds `n_trials` finished trials,
+        or `timeout` seconds pass. Ctrl-C fails the running trial and returns."""
+        study = self.study
+        history = History.from_study(study)
+        best = history.best_trial
+        self.display.start(self.study_name, n_trials, history)
+        if target is not None and best is not None and best.value <= target:
+            return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
+        if study.user_attrs.get(attrs.STOP):
+            study.set_user_attr(attrs.STOP, None)  # a new run with a new goal starts clean
+        remaining = n_trials - len(history.finished())
+        if remaining <= 0:
+            return self._finish(f"budget of {n_trials} trials already used", 0)
+
+        loop = _Loop(self, n_trials, target)
+        start = time.monotonic()
+        try:
+            study.optimize(loop.objective, n_trials=remaining, timeout=timeout,
+                           callbacks=[loop.after_trial], catch=(Exception,))
+        except KeyboardInterrupt:
+            loop.reason = "interrupted (Ctrl-C)"
+        if loop.fatal is not None:
+            raise loop.fatal
+        reason = loop.reason
+        if reason is None:
+            timed_out = timeout is not None and time.monotonic() - start >= timeout
+            reason = f"time budget of {timeout:g} s used" if timed_out else (
+                f"budget of {n_trials} trials used")
+        return self._finish(reason, loop.n_new)
+
+    def _finish(self, reason: str, n_new: int) -> TuneResult:
+        history = History.from_study(self.study)
+        best = history.best_trial
+        result = TuneResult(
+            study_name=self.study_name,
+            stop_reason=reason,
+            best_value=best.value if best else None,
+            best_params={**self.space.fixed, **best.params} if best else None,
+            best_number=best.number if best else None,
+            n_finished=len(history.finished()),
+            n_new=n_new,
+            target_reached=reason.startswith("target"),
+            interrupted=reason.startswith("interrupted"),
+            history=history,
+        )
+        self.display.finish(result)
+        return result
+
+
+class _Loop:
+    """Per-run state of `Tuner.run`: the objective and the stopping rules."""
+
+    def __init__(self, tuner: Tuner, n_trials: int, target: float | None):
+        self.tuner = tuner
+        self.n_trials = n_trials
+        self.target = target
+        self.reason: str | None = None
+        self.fatal: ConfigError | None = None
+        self.n_new = 0
+        self._last_errors: list[str] = []
+
+    def objective(self, trial: optuna.Trial) -> float:
+        tuner = self.tuner
+        config = tuner.space.sample(trial)
+        tuner.display.trial_start(trial.number, config,
+                                  trial.study._storage.get_trial_user_attrs(trial._trial_id)
+                                  .get(attrs.PROPOSER))
+
+        def report(epoch: int, val_loss: float) -> None:
+            check_finite(epoch, val_loss)
+            trial.report(val_loss, epoch)
+            tuner.display.epoch(trial.number, epoch, val_loss)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
+
+        try:
+            result = tuner.trainer(config, report)
+        except optuna.TrialPruned:
+            raise
+        except ConfigError as e:
+            # Bad input fails every trial alike: stop the search and tell the person.
+            self.fatal = e
+            trial.study.stop()
+            trial.set_user_attr(attrs.ERROR, {"kind": "config", "message": str(e)})
+            raise
+        except Exception as e:
+            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            raise
+        if not isinstance(result, TrainResult):
+            raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
+        check_finite(len(result.curve), result.best_val_loss)
+        trial.set_user_attr(attrs.TRAIN, {
+            "wall_time_s": round(result.wall_time_s, 3),
+            "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
+            "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
+        })
+        return result.best_val_loss
+
+    def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        self.n_new += 1
+        history = History.from_study(study)
+        self.tuner.display.trial_end(history[frozen.number] if frozen.number < len(history)
+                                     else None, history)
+        stop = study.user_attrs.get(attrs.STOP)
+        if (self.target is not None and frozen.state == TrialState.COMPLETE
+                and frozen.value is not None and frozen.value <= self.target):
+            self.reason = (f"target {self.target:g} reached by trial {frozen.number} "
+                           f"({frozen.value:.4g})")
+            study.set_user_attr(attrs.STOP, self.reason)  # tells the other workers
+            study.stop()
+        elif stop:
+            self.reason = f"stopped by another worker: {stop}"
+            study.stop()
+        elif len(history.finished()) >= self.n_trials:
+            self.reason = f"budget of {self.n_trials} trials used"
+            study.stop()
+        elif self._failing_alike(frozen):
+            error = frozen.user_attrs.get(attrs.ERROR, {})
+            self.reason = (f"the last {_REPEATED_FAILURES} trials failed with the same error "
+                           f"({error.get('message')}); this looks like a bug in the trainer")
+            study.stop()
+
+    def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
+        error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
+        if not error or error.get("kind") == "diverged":
+            self._last_errors.clear()
+            return False
+        self._last_errors.append(error.get("message", ""))
+        tail = self._last_errors[-_REPEATED_FAILURES:]
+        return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+def _describe_error(e: BaseException) -> dict[str, str]:
+    if isinstance(e, TrialFailed):
+        kind = e.kind
+    elif isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        kind = "oom"
+    else:
+        kind = "exception"
+    text = str(e).strip().splitlines()
+    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return {"kind": kind, "message": message, "where": where}
+
+
+def _pruner(pruner: str | optuna.pruners.BasePruner) -> optuna.pruners.BasePruner:
+    if not isinstance(pruner, str):
+        return pruner
+    if pruner == "median":
+        # Judge a trial only after 5 complete trials and from its 2nd epoch: the first epoch of
+        # a CTR model says little about where it ends.
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
+    if pruner == "none":
+        return optuna.pruners.NopPruner()
+    raise ConfigError(f"Unknown pruner {pruner!r}; expected one of {', '.join(PRUNERS)}."
+                      f"{did_you_mean(pruner, PRUNERS)}")
+
+
+
+def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner, list[str]]:
+    """The `Tuner` a `TuneConfig` describes, and lines that tell the person what was chosen.
+
+    The CLI, workers and notebooks all build their tuner here, so a config means the same
+    everywhere.
+    """
+    from tunepilot import trainers
+
+    if cfg.strategy != "optuna":
+        raise ConfigError(
+            f"Strategy {cfg.strategy!r} needs the LLM agent, which this version of tunepilot does "
+            "not have yet. Use --strategy optuna (the default)."
+        )
+    notes: list[str] = []
+    space = SearchSpace.of(cfg.space)
+    if cfg.trainer in trainers.BUILTIN:
+        data = trainers.load_data(cfg.data)
+        notes.append(f"data: {data.describe()}")
+        trainer = trainers.from_spec(cfg.trainer, data)
+        space = trainers.default_space(cfg.trainer, cfg.epochs).merged(space)
+        space = space.merged(SearchSpace.of(seed=cfg.seed)) if "seed" not in space.params else space
+        check_ctr_keys(set(space.params) | set(space.fixed))
+    else:
+        trainer = trainers.from_spec(cfg.trainer)
+    notes.append(
+        f"strategy: optuna ({cfg.sampler} sampler, seed {cfg.seed}); no LLM agent in this "
+        "version yet, so Optuna proposes every trial"
+    )
+    notes.append("search space:\n" + space.describe())
+    settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
+    settings["config"]["storage"] = redact(cfg.storage)
+    tuner = Tuner(trainer, space, storage=cfg.storage, study=cfg.study_name(),
+                  sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
+                  display=display)
+    return tuner, notes

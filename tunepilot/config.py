@@ -1,0 +1,156 @@
+"""`TuneConfig`: everything a run needs, read from a TOML/YAML file and/or flags.
+
+Flags override the file. Unknown keys are refused with the list of valid ones, so a typo never
+silently falls back to a default.
+
+Example ``tune.toml``::
+
+    trainer = "lightning"
+    n_trials = 30
+    target = 0.45
+    timeout = "20m"
+
+    [space]
+    epochs = 4                                         # a fixed setting
+    weight_decay = { type = "float", low = 1e-6, high = 1e-2, log = true }
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from tunepilot.errors import ConfigError, did_you_mean
+
+_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds from '90', '90s', '20m', '8h', '1h30m', '2d' (or a number of seconds).
+
+    Example:
+        >>> parse_duration("1h30m")
+        5400.0
+    """
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None if value is None else float(value)
+    text = str(value).strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(sec|min|s|m|h|d)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(
+            f"{value!r} is not a duration; write seconds or a number with a unit, e.g. 90s, 20m, "
+            "8h, 1h30m"
+        )
+    return float(sum(float(n) * _UNITS[u] for n, u in parts))
+
+
+Duration = Annotated[float | None, BeforeValidator(parse_duration)]
+
+
+class TuneConfig(BaseModel):
+    """The settings of one search. Every field is also a `tune run` flag (``--n-trials``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trainer: str = "lightning"  # lightning | package.module:function
+    data: str = "synthetic"  # synthetic | synthetic:ROWS
+    space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
+    strategy: Literal["optuna", "llm", "hybrid"] = "optuna"
+    sampler: Literal["tpe", "random", "cmaes", "gp"] = "tpe"
+    pruner: Literal["median", "none"] = "median"
+    llm: str = "auto"
+    llm_base_url: str | None = None
+    storage: str = "sqlite:///tunepilot.db"
+    study: str | None = None  # default: derived from trainer and data, so a rerun resumes
+    n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
+    timeout: Duration = None  # wall-time budget of this run, in seconds
+    target: float | None = None  # stop as soon as a trial's validation loss is <= target
+    epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
+    seed: int = 0
+
+    def study_name(self) -> str:
+        if self.study:
+            return self.study
+        trainer = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.trainer).strip("-")
+        data = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.data).strip("-")
+        return f"{trainer}-{data}"
+
+    def public(self) -> dict[str, Any]:
+        """The settings as JSON-safe data, for storing with the study."""
+        return json.loads(self.model_dump_json())
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> TuneConfig:
+    """Reads `path` (TOML or YAML) if given, applies `overrides` that are not None, validates.
+
+    Raises:
+        ConfigError: the file is missing or unreadable, a key is unknown, or a value is invalid.
+    """
+    data: dict[str, Any] = {}
+    where = "flags"
+    if path is not None:
+        data = _read_file(Path(path))
+        where = str(path)
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TuneConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, where)) from None
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(
+            f"Config file {path} does not exist. Check the path, or drop --config to run with "
+            "flags only (see `tune run --help`)."
+        )
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data = tomllib.loads(path.read_text())
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(path.read_text()) or {}
+        else:
+            raise ConfigError(
+                f"Config file {path} has suffix {suffix!r}; expected .toml, .yaml or .yml."
+            )
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"Config file {path} is not valid TOML: {e}. Fix that line.") from None
+    except ConfigError:
+        raise
+    except Exception as e:  # yaml.YAMLError and I/O errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"Cannot read config file {path}: {first}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"Config file {path} must hold a table of settings, found {type(data).__name__}.")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def _explain(e: ValidationError, where: str) -> str:
+    fields = sorted(TuneConfig.model_fields)
+    parts = []
+    for err in e.errors():
+        key = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            name = str(err["loc"][-1])
+            parts.append(
+                f"unknown setting '{name}'.{did_you_mean(name, fields)} Valid settings: "
+                f"{', '.join(fields)}"
+            )
+        elif err["type"] == "literal_error":
+            parts.append(f"{key}: {err['msg'].replace('Input should be', 'expected')}, "
+                         f"found {err['input']!r}")
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            parts.append(f"{key}: {msg} (found {err['input']!r})")
+    return f"Invalid configuration in {where}: " + "; ".join(parts) + "."

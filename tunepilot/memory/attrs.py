@@ -1,0 +1,22 @@
+"""Names of what tunepilot stores on Optuna trials and studies (user attrs), in one place.
+
+Everything is JSON, so any Optuna storage (SQLite, PostgreSQL, MySQL, journal file) keeps it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+# Per trial.
+PROPOSER = "proposer"  # who proposed the config, one of PROPOSERS
+RATIONALE = "rationale"  # the LLM's short reason for the config
+FALLBACK_REASON = "fallback_reason"  # why the suggester did not propose this trial
+ERROR = "error"  # {"kind": ..., "message": ...} for a FAIL trial
+TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finished trial
+
+Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
+PROPOSERS: tuple[str, ...] = ("llm", "fallback", "optuna", "enqueued", "human")
+
+# Per study.
+SETTINGS = "tunepilot:settings"  # the run's config (no secrets) so `tune worker` / resume reuse it
+STOP = "tunepilot:stop"  # set by the worker that reached the target; every worker stops on it

@@ -1,0 +1,114 @@
+"""A typed, read-only view of a study's trials: what the agent and the reports read.
+
+Built from Optuna's frozen trials in one pass; nothing here writes to the storage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.memory import attrs
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.trial import FrozenTrial
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    state: str  # "complete", "pruned", "fail", "running", "waiting"
+    params: Mapping[str, Any]
+    value: float | None  # the best validation loss of a complete trial
+    curve: tuple[float, ...] = ()  # validation loss per reported epoch
+    duration_s: float | None = None
+    proposer: str | None = None
+    rationale: str | None = None
+    error: Mapping[str, str] | None = None  # {"kind", "message"} of a failed trial
+    user_attrs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_frozen(cls, t: FrozenTrial) -> TrialRecord:
+        curve = tuple(v for _, v in sorted(t.intermediate_values.items()))
+        duration = t.duration.total_seconds() if t.duration is not None else None
+        error = t.user_attrs.get(attrs.ERROR)
+        if error is None and t.state.name == "FAIL":
+            # A FAIL that tunepilot did not record: a killed process or a stale heartbeat.
+            reason = t.system_attrs.get("fail_reason", "the worker stopped mid-trial")
+            error = {"kind": "interrupted", "message": str(reason)}
+        return cls(
+            number=t.number,
+            state=t.state.name.lower(),
+            params=dict(t.params),
+            value=t.value if t.state.name == "COMPLETE" else None,
+            curve=curve,
+            duration_s=duration,
+            proposer=t.user_attrs.get(attrs.PROPOSER),
+            rationale=t.user_attrs.get(attrs.RATIONALE),
+            error=error,
+            user_attrs=dict(t.user_attrs),
+        )
+
+
+@dataclass(frozen=True)
+class History(Sequence[TrialRecord]):
+    """All trials of a study in number order, with the views a tuner needs.
+
+    Example:
+        >>> h = History.from_study(study)  # doctest: +SKIP
+        >>> [t.number for t in h.best(3)]  # doctest: +SKIP
+    """
+
+    trials: tuple[TrialRecord, ...] = ()
+
+    @classmethod
+    def from_study(cls, study: optuna.Study) -> History:
+        return cls.from_trials(study.get_trials(deepcopy=False))
+
+    @classmethod
+    def from_trials(cls, trials: Sequence[FrozenTrial]) -> History:
+        return cls(tuple(TrialRecord.from_frozen(t) for t in sorted(trials, key=_number)))
+
+    def __len__(self) -> int:
+        return len(self.trials)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.trials[i]
+
+    def __iter__(self) -> Iterator[TrialRecord]:
+        return iter(self.trials)
+
+    def completed(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.state == "complete" and _finite(t.value)]
+
+    def finished(self) -> list[TrialRecord]:
+        """Trials that used up budget: complete, pruned or failed."""
+        return [t for t in self.trials if t.state in ("complete", "pruned", "fail")]
+
+    def best(self, k: int = 1) -> list[TrialRecord]:
+        return sorted(self.completed(), key=lambda t: (t.value, t.number))[:k]
+
+    @property
+    def best_trial(self) -> TrialRecord | None:
+        best = self.best(1)
+        return best[0] if best else None
+
+    def recent(self, k: int) -> list[TrialRecord]:
+        return list(self.trials[-k:]) if k > 0 else []
+
+    def failures(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.state == "fail"]
+
+    def running(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.state == "running"]
+
+
+def _number(t: FrozenTrial) -> int:
+    return t.number
+
+
+def _finite(v: float | None) -> bool:
+    return v is not None and math.isfinite(v)

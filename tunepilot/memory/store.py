@@ -1,0 +1,109 @@
+"""Opening studies on an Optuna storage URL; the storage IS tunepilot's memory.
+
+URL forms:
+    sqlite:///tunepilot.db                      one machine, one process (the default)
+    postgresql://user@host:5432/db              several workers, several machines
+    mysql+pymysql://user@host/db                several workers, several machines
+    journal:./study.log  (or a path ending .log) several processes on one machine
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    import optuna
+
+DEFAULT_STORAGE = "sqlite:///tunepilot.db"
+_RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***, for logs and reports."""
+    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
+
+
+def open_storage(url: str) -> optuna.storages.BaseStorage:
+    """An Optuna storage for `url`; raises `ConfigError` with the accepted forms."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    if url.startswith("journal:") or url.endswith(".log"):
+        path = Path(url.removeprefix("journal:"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if "://" not in url or scheme not in _RDB_PREFIXES:
+        raise ConfigError(
+            f"Storage URL {redact(url)!r} is not one tunepilot can open. Use sqlite:///FILE.db "
+            "(one process), postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (several "
+            f"workers), or journal:FILE.log (several processes on one machine).{_url_hint(url)}"
+        )
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
+        raise ConfigError(
+            f"Cannot open storage {redact(url)}: {type(e).__name__}: {_one_line(e)}. Check that "
+            "the database server is running and the URL (user, host, port, database) is right; "
+            "for MySQL use mysql+pymysql://."
+        ) from None
+
+
+def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
+               sampler: optuna.samplers.BaseSampler | None = None,
+               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+    """Creates the study, or resumes it when it already exists."""
+    import optuna
+
+    if isinstance(storage, str):
+        storage = open_storage(storage)
+    return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
+                               direction="minimize", load_if_exists=True)
+
+
+def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> optuna.Study:
+    """An existing study; raises `ConfigError` listing the studies the storage holds."""
+    import optuna
+
+    url = storage if isinstance(storage, str) else None
+    if isinstance(storage, str):
+        if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+            raise ConfigError(
+                f"No study database at {storage}. Run `tune run` first, or pass --storage with "
+                "the URL the search used."
+            )
+        storage = open_storage(storage)
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    if name is None and len(names) == 1:
+        name = names[0]
+    if name not in names:
+        where = f" in {redact(url)}" if url else ""
+        listing = ", ".join(names) if names else "none"
+        hint = did_you_mean(name, names) if name else ""
+        raise ConfigError(
+            f"No study named {name!r}{where}.{hint} Studies there: {listing}. Pass one with "
+            "--study NAME."
+        )
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        # Wait for a writer instead of failing at once with "database is locked".
+        return {"connect_args": {"timeout": 30}}
+    return {"pool_pre_ping": True}
+
+
+def _url_hint(url: str) -> str:
+    scheme = url.split(":", 1)[0]
+    hint = did_you_mean(scheme, [*_RDB_PREFIXES, "journal"])
+    return hint
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else ""

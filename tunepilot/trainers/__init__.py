@@ -1,0 +1,137 @@
+"""Trainers: ``train(config, report) -> TrainResult``, and how to build one from a spec string.
+
+Specs (the CLI's ``--trainer``):
+    lightning                  the built-in CTR model on PyTorch Lightning
+    package.module:function    your own ``function(config, report) -> float``
+
+Heavy frameworks are imported only when a trainer of theirs is built.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from tunepilot.errors import ConfigError, did_you_mean
+from tunepilot.space import Categorical, Float, SearchSpace
+from tunepilot.trainers.base import Report, Trainer, TrainResult, from_callable, no_report
+
+BUILTIN = ("lightning",)
+
+__all__ = [
+    "BUILTIN",
+    "Report",
+    "TrainResult",
+    "Trainer",
+    "callable",
+    "ctr_lightning",
+    "default_space",
+    "from_spec",
+    "load_data",
+    "no_report",
+]
+
+
+def callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:  # noqa: A001
+    """Tunes any Python function ``fn(config, report) -> validation loss``.
+
+    Example:
+        >>> def train(config, report):
+        ...     loss = (config["lr"] - 0.01) ** 2
+        ...     report(1, loss)  # per-epoch reports enable pruning
+        ...     return loss
+        >>> trainer = callable(train)
+    """
+    return from_callable(fn)
+
+
+def ctr_lightning(data: Any) -> Trainer:
+    """The built-in CTR model (embeddings + MLP + dropout) on Lightning, bound to `data`."""
+    from tunepilot.trainers.lightning_trainer import train_ctr
+
+    return functools.partial(train_ctr, data=data)
+
+
+def default_space(trainer: str, epochs: int = 3) -> SearchSpace:
+    """The mission's four parameters for a built-in trainer; empty for user code."""
+    if trainer not in BUILTIN:
+        return SearchSpace()
+    return SearchSpace.of(
+        lr=Float(1e-5, 1e-1, log=True),
+        batch_size=Categorical([256, 512, 1024, 2048, 4096]),
+        precision=Categorical(device_precisions()),
+        dropout=Float(0.0, 0.5),
+        epochs=epochs,
+    )
+
+
+def device_precisions() -> list[str]:
+    """Precisions the accelerator supports: 16-mixed only on CUDA."""
+    import torch
+
+    if torch.cuda.is_available():
+        return ["32-true", "bf16-mixed", "16-mixed"] if torch.cuda.is_bf16_supported() else [
+            "32-true", "16-mixed"]
+    return ["32-true", "bf16-mixed"]
+
+
+def load_data(spec: str) -> Any:
+    """The data set named by `spec`: ``synthetic`` or ``synthetic:ROWS``."""
+    kind, _, arg = spec.partition(":")
+    if kind == "synthetic":
+        from tunepilot.trainers.data import synthetic
+
+        try:
+            rows = int(arg) if arg else 50_000
+            return synthetic(rows)
+        except ValueError as e:
+            raise ConfigError(
+                f"--data {spec!r}: {e}. Write synthetic or synthetic:ROWS, e.g. synthetic:50000."
+            ) from None
+    raise ConfigError(
+        f"Unknown data {spec!r}; expected synthetic or synthetic:ROWS."
+        f"{did_you_mean(kind, ['synthetic'])}"
+    )
+
+
+def from_spec(spec: str, data: Any = None) -> Trainer:
+    """A trainer from the CLI's ``--trainer`` string; raises `ConfigError` with the fix.
+
+    `data` is the CTR data set for a built-in trainer (default: the synthetic one).
+    """
+    if spec == "lightning":
+        return ctr_lightning(load_data("synthetic") if data is None else data)
+    if ":" not in spec:
+        raise ConfigError(
+            f"Unknown trainer {spec!r}. Use one of: {', '.join(BUILTIN)} (built-in CTR task), "
+            f"or package.module:function for your own code.{did_you_mean(spec, BUILTIN)}"
+        )
+    return callable(_import_function(spec))
+
+
+def _import_function(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.rpartition(":")
+    # Like `python -m`, let people name modules in the directory they run from.
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        raise ConfigError(
+            f"Trainer {spec!r}: cannot import module {module_name!r} ({e}). Run tune from the "
+            "directory that holds it, install its package, or check the spelling."
+        ) from None
+    fn = getattr(module, attr, None)
+    if fn is None or not builtins.callable(fn):
+        names = [n for n, v in vars(module).items() if builtins.callable(v) and not n.startswith("_")]
+        raise ConfigError(
+            f"Trainer {spec!r}: module {module_name!r} has no function {attr!r}."
+            f"{did_you_mean(attr, names)} It defines: {', '.join(sorted(names)) or 'none'}."
+        )
+    return fn
+
