@@ -79,9 +79,10 @@ class TuneConfig(BaseModel):
     def study_name(self) -> str:
         if self.study:
             return self.study
-        trainer = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.trainer).strip("-")
-        data = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.data).strip("-")
-        return f"{trainer}-{data}"
+        from tunepilot.trainers import BUILTIN
+
+        name = f"{self.trainer}-{self.data}" if self.trainer in BUILTIN else self.trainer
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
 
     def public(self) -> dict[str, Any]:
         """The settings as JSON-safe data, for storing with the study."""

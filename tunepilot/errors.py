@@ -33,8 +33,8 @@ class Diverged(TrialFailed):
 
     kind = "diverged"
 
-    def __init__(self, epoch: int, value: float):
-        super().__init__(f"validation loss is {value} at epoch {epoch}")
+    def __init__(self, epoch: int, value: float, why: str = ""):
+        super().__init__(f"validation loss is {value:.4g} at epoch {epoch}{why}")
         self.epoch = epoch
         self.value = value
 

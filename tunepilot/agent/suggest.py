@@ -98,7 +98,9 @@ class AgentSampler(BaseSampler):
         reason = "the suggester returned nothing"
         suggestion = None
         try:
-            suggestion = self.suggester(self.space, History.from_study(study))
+            # The trial being proposed is RUNNING with no params yet: leave it out.
+            others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+            suggestion = self.suggester(self.space, History.from_trials(others))
         except SuggestionFailed as e:
             reason = str(e)
         if suggestion is None:

@@ -27,6 +27,11 @@ from tunepilot.trainers.ctr_config import CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
 
 
+# A validation loss this many times the base rate's means the weights blew up (lr = 10 gives
+# ~10,000x) even while the loss is still a finite number.
+EXPLODED = 10
+
+
 class CTRNet(nn.Module):
     """One embedding table per field (stored as one tensor), concatenated with dense features."""
 
@@ -113,8 +118,9 @@ class Batches:
 class _ReportEpochs(pl.Callback):
     """Hands each epoch's validation loss to `report`; stops the fit on pruning or divergence."""
 
-    def __init__(self, report: Report):
+    def __init__(self, report: Report, explode_at: float):
         self.report = report
+        self.explode_at = explode_at
         self.curve: list[float] = []
         self.stopped: Exception | None = None
         self.train_time = 0.0
@@ -130,7 +136,11 @@ class _ReportEpochs(pl.Callback):
         assert isinstance(module, CTRModule)
         self.curve.append(module.epoch_val_loss())
         try:
-            self.report(len(self.curve), self.curve[-1])
+            epoch, loss = len(self.curve), self.curve[-1]
+            if loss > self.explode_at:
+                raise Diverged(epoch, loss, f", over {self.explode_at:.3g} ({EXPLODED} x the "
+                               "base rate's): the training blew up")
+            self.report(epoch, loss)
         except Exception as e:  # TrialPruned, Diverged: let Lightning wind down first
             self.stopped = e
             trainer.should_stop = True
@@ -155,7 +165,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
     quiet_lightning()
     torch.manual_seed(cfg.seed)
     module = CTRModule(data, cfg)
-    callback = _ReportEpochs(report)
+    callback = _ReportEpochs(report, explode_at=EXPLODED * data.base_logloss)
     trainer = pl.Trainer(
         max_epochs=cfg.epochs,
         accelerator="auto",

@@ -1,0 +1,152 @@
+"""`tune` as a person runs it: real subprocesses, real exit codes, real output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+
+from tests.conftest import ROOT, TUNE, run_tune
+
+TOY = """
+import time
+
+def quadratic(config, report):
+    return (config["x"] - 2.0) ** 2
+
+def sleepy(config, report):
+    time.sleep(30)
+    return 1.0
+"""
+TOY_TOML = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "toy.py").write_text(TOY)
+    (tmp_path / "toy.toml").write_text(TOY_TOML)
+    return tmp_path
+
+
+def assert_refused(proc, *fragments):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    err = proc.stderr.strip()
+    assert err.startswith("error: ")
+    assert len(err.splitlines()) == 1, f"expected one paragraph, got:\n{err}"
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_help_is_fast_and_imports_no_framework():
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from tunepilot.agent.cli import app\n"
+        "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in ('torch', 'jax', 'lightning', 'optuna', 'flax', 'optax',"
+        " 'langchain_core', 'openai') if m in sys.modules)\n"
+        "print('HEAVY', heavy, round(time.perf_counter() - t, 3))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    assert "HEAVY [] " in out, out
+
+
+def test_bad_search_space_is_refused(workdir):
+    (workdir / "bad.toml").write_text('[space]\nx = { type = "float", low = 1.0, high = 0.5 }\n')
+    proc = run_tune("run", "--config", "bad.toml", "--trainer", "toy:quadratic", cwd=workdir)
+    assert_refused(proc, "'x'", "low (1) must be below high (0.5)", "swap them")
+
+
+def test_unknown_trainer_is_refused(workdir):
+    proc = run_tune("run", "--trainer", "lightnign", cwd=workdir)
+    assert_refused(proc, "Unknown trainer 'lightnign'", "Did you mean 'lightning'?")
+    proc = run_tune("run", "--trainer", "toy:quadratik", "--config", "toy.toml", cwd=workdir)
+    assert_refused(proc, "no function 'quadratik'", "Did you mean 'quadratic'?")
+
+
+def test_unknown_strategy_is_refused(workdir):
+    proc = run_tune("run", "--strategy", "genetic", cwd=workdir)
+    assert_refused(proc, "strategy", "'optuna', 'llm' or 'hybrid'", "'genetic'")
+
+
+def test_missing_config_file_is_refused(workdir):
+    proc = run_tune("run", "--config", "nope.toml", cwd=workdir)
+    assert_refused(proc, "nope.toml does not exist")
+
+
+def test_config_with_unknown_key_is_refused(workdir):
+    (workdir / "typo.toml").write_text("n_trails = 5\n")
+    proc = run_tune("run", "--config", "typo.toml", cwd=workdir)
+    assert_refused(proc, "unknown setting 'n_trails'", "Did you mean 'n_trials'?")
+
+
+def test_unknown_flag_is_a_usage_error(workdir):
+    proc = run_tune("run", "--n-trail", "3", cwd=workdir)
+    assert proc.returncode == 2
+    assert "No such option" in proc.stderr
+
+
+def test_run_resume_show_best(workdir):
+    args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
+            "sqlite:///s.db")
+    first = run_tune(*args, "--n-trials", "6", cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    assert "budget of 6 trials used" in first.stdout
+    assert "to resume: tune run" in first.stdout and "--n-trials 12" in first.stdout
+
+    second = run_tune(*args, "--n-trials", "10", cwd=workdir)
+    assert second.returncode == 0, second.stderr
+    assert "resuming: 6 trials done" in second.stdout
+    assert "10 finished in study toy-quadratic (4 new)" in second.stdout
+
+    study = optuna.load_study(study_name="toy-quadratic", storage="sqlite:///" + str(workdir / "s.db"))
+    assert [t.number for t in study.trials] == list(range(10))
+
+    show = run_tune("show", "--storage", "sqlite:///s.db", cwd=workdir)
+    assert show.returncode == 0, show.stderr
+    assert "optuna" in show.stdout and "10 trials" in show.stdout
+
+    best = run_tune("best", "--storage", "sqlite:///s.db", "--study", "toy-quadratic",
+                    cwd=workdir)
+    assert best.returncode == 0, best.stderr
+    assert json.loads(best.stdout) == {"x": study.best_params["x"]}
+
+
+def test_show_names_the_studies_when_the_name_is_wrong(workdir):
+    run_tune("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
+             "sqlite:///s.db", "--n-trials", "2", cwd=workdir)
+    proc = run_tune("show", "--storage", "sqlite:///s.db", "--study", "toy-quadratc",
+                    cwd=workdir)
+    assert_refused(proc, "No study named 'toy-quadratc'", "Did you mean 'toy-quadratic'?")
+
+
+def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
+    proc = subprocess.Popen(
+        [*TUNE, "run", "--config", "toy.toml", "--trainer", "toy:sleepy", "--storage",
+         "sqlite:///s.db", "--n-trials", "3"],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    storage = "sqlite:///" + str(workdir / "s.db")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the trial is running
+        time.sleep(0.3)
+        try:
+            if optuna.load_study(study_name="toy-sleepy", storage=storage).trials:
+                break
+        except KeyError:
+            continue
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in out
+    assert "to resume: tune run" in out
+    states = [t.state.name for t in optuna.load_study(study_name="toy-sleepy",
+                                                      storage=storage).trials]
+    assert states == ["FAIL"]

@@ -1,0 +1,85 @@
+"""The built-in CTR task on real Lightning training (small generated data)."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from tests.conftest import run_tune
+from tunepilot import ConfigError, Diverged
+from tunepilot.trainers.base import no_report
+from tunepilot.trainers.data import synthetic
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data():
+    return synthetic(6000)
+
+
+@pytest.fixture(scope="module")
+def train_ctr():
+    from tunepilot.trainers.lightning_trainer import train_ctr
+
+    return train_ctr
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_learns_well_below_the_base_rate(data, train_ctr, precision):
+    result = train_ctr({"lr": 3e-3, "batch_size": 256, "epochs": 2, "precision": precision},
+                       no_report, data=data)
+    assert len(result.curve) == 2
+    assert result.best_val_loss == min(result.curve)
+    assert result.best_val_loss < data.base_logloss - 0.04, (result.curve, data.base_logloss)
+    assert result.samples_per_s and result.samples_per_s > 0
+
+
+def test_a_blown_up_run_is_reported_as_diverged(data, train_ctr):
+    with pytest.raises(Diverged, match="blew up"):
+        train_ctr({"lr": 10.0, "batch_size": 256, "epochs": 2}, no_report, data=data)
+
+
+def test_unknown_settings_and_cpu_fp16_are_refused(data, train_ctr):
+    with pytest.raises(ConfigError, match="momentum: unknown setting"):
+        train_ctr({"lr": 1e-3, "momentum": 0.9}, no_report, data=data)
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="16-mixed' needs a CUDA GPU"):
+            train_ctr({"precision": "16-mixed"}, no_report, data=data)
+
+
+def test_pruning_reaches_into_lightning(data, train_ctr):
+    def prune_at_2(epoch, val_loss):
+        if epoch == 2:
+            raise optuna.TrialPruned("pruned after epoch 2")
+
+    with pytest.raises(optuna.TrialPruned):
+        train_ctr({"lr": 1e-3, "batch_size": 1024, "epochs": 4}, prune_at_2, data=data)
+
+
+def test_real_search_stops_at_a_reachable_target_and_resumes(tmp_path):
+    # Base-rate log-loss of synthetic:8000 is 0.559; decent configs reach ~0.47 in 2 epochs.
+    args = ("run", "--data", "synthetic:8000", "--epochs", "2", "--storage", "sqlite:///s.db",
+            "--seed", "1")
+    proc = run_tune(*args, "--target", "0.5", "--n-trials", "25", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "target 0.5 reached by trial" in proc.stdout
+    study = optuna.load_study(study_name="lightning-synthetic-8000",
+                              storage=f"sqlite:///{tmp_path / 's.db'}")
+    n_first = len(study.trials)
+    assert study.best_value <= 0.5
+    assert n_first < 25  # stopped early
+    assert "Bayes-optimal" in proc.stdout  # the floor is printed
+
+    again = run_tune(*args, "--target", "0.5", "--n-trials", "25", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "already reached" in again.stdout
+
+    more = run_tune(*args, "--n-trials", str(n_first + 2), cwd=tmp_path)
+    assert more.returncode == 0, more.stderr
+    study = optuna.load_study(study_name="lightning-synthetic-8000",
+                              storage=f"sqlite:///{tmp_path / 's.db'}")
+    assert [t.number for t in study.trials] == list(range(n_first + 2))
+    assert study.best_value <= 0.5  # the best is kept

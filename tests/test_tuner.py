@@ -1,0 +1,164 @@
+"""The loop logic on a toy trainer: stopping rules, resume, failures, pruning, suggesters."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from tests.conftest import quadratic
+from tunepilot import ConfigError, Float, SearchSpace, Suggestion, SuggestionFailed, Tuner, trainers
+from tunepilot.agent.suggest import AgentSampler, optuna_sampler
+from tunepilot.memory import History, attrs
+
+SPACE = SearchSpace.of(x=Float(-10.0, 10.0))
+
+
+def make_tuner(storage, fn=quadratic, **kw):
+    kw.setdefault("pruner", "none")
+    return Tuner(trainers.callable(fn), SPACE, storage=storage, study="toy", **kw)
+
+
+def test_stops_at_the_target_before_the_budget(storage):
+    result = make_tuner(storage).run(n_trials=200, target=0.05)
+    assert result.target_reached
+    assert result.best_value <= 0.05
+    assert result.n_finished < 200
+    assert result.stop_reason.startswith("target 0.05 reached by trial")
+    # The flag the other workers watch is set.
+    assert make_tuner(storage).study.user_attrs[attrs.STOP].startswith("target")
+
+
+def test_budget_is_the_study_total_and_a_rerun_resumes(storage):
+    first = make_tuner(storage).run(n_trials=5)
+    assert (first.n_finished, first.n_new) == (5, 5)
+    again = make_tuner(storage).run(n_trials=5)
+    assert again.n_new == 0
+    assert again.stop_reason == "budget of 5 trials already used"
+    more = make_tuner(storage).run(n_trials=8)
+    assert (more.n_finished, more.n_new) == (8, 3)
+    numbers = [t.number for t in more.history]
+    assert numbers == list(range(8))
+    assert more.best_value <= first.best_value  # the best is kept
+
+
+def test_resumed_search_does_not_replay_the_same_random_proposals(storage):
+    make_tuner(storage, sampler="random").run(n_trials=3)
+    make_tuner(storage, sampler="random").run(n_trials=6)
+    xs = [t.params["x"] for t in History.from_study(make_tuner(storage).study)]
+    assert len(set(xs)) == 6
+
+
+def test_crashing_and_diverging_trials_are_recorded_and_the_search_goes_on(storage):
+    def flaky(config, report):
+        if config["x"] > 5:
+            return float("nan")
+        if config["x"] < -5:
+            raise RuntimeError(f"boom at {config['x']:.3f}")
+        return quadratic(config, report)
+
+    result = make_tuner(storage, fn=flaky, sampler="random").run(n_trials=30)
+    assert result.n_finished == 30
+    fails = result.history.failures()
+    kinds = {t.error["kind"] for t in fails}
+    assert kinds == {"diverged", "exception"}
+    assert all(t.state == "fail" for t in fails)
+    boom = next(t for t in fails if t.error["kind"] == "exception")
+    assert boom.error["message"].startswith("RuntimeError: boom at")
+    assert result.best_value is not None and math.isfinite(result.best_value)
+
+
+def test_the_same_error_again_and_again_stops_the_search(storage):
+    def broken(config, report):
+        raise KeyError("features")
+
+    result = make_tuner(storage, fn=broken).run(n_trials=50)
+    assert result.n_finished == 3
+    assert "failed with the same error" in result.stop_reason
+    assert "KeyError" in result.stop_reason
+
+
+def test_a_config_error_inside_a_trial_stops_the_search_and_is_raised(storage):
+    def needs_data(config, report):
+        raise ConfigError("data file missing")
+
+    with pytest.raises(ConfigError, match="data file missing"):
+        make_tuner(storage, fn=needs_data).run(n_trials=10)
+    assert len(make_tuner(storage).study.trials) == 1
+
+
+def test_pruning_stops_bad_trials_from_their_reports(storage):
+    def slow_bad(config, report):
+        loss = (config["x"] - 2.0) ** 2
+        for epoch in range(1, 6):
+            report(epoch, loss + 1.0 / epoch)
+        return loss
+
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1)
+    result = make_tuner(storage, fn=slow_bad, pruner=pruner, sampler="random").run(n_trials=25)
+    pruned = [t for t in result.history if t.state == "pruned"]
+    assert pruned, "no trial was pruned"
+    assert all(len(t.curve) < 5 for t in pruned)
+
+
+def test_proposer_is_recorded_for_optuna_and_enqueued_trials(storage):
+    tuner = make_tuner(storage)
+    tuner.study.enqueue_trial({"x": 2.0})
+    result = tuner.run(n_trials=3)
+    proposers = [t.proposer for t in result.history]
+    assert proposers == ["enqueued", "optuna", "optuna"]
+    assert result.history[0].params == {"x": 2.0}
+
+
+class ScriptedSuggester:
+    """Proposes from a script; None or an exception hands the trial to the fallback."""
+
+    def __init__(self, script):
+        self.script = list(script)
+        self.seen: list[int] = []
+
+    def __call__(self, space, history):
+        self.seen.append(len(history))
+        item = self.script.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        if item is None:
+            return None
+        return Suggestion(space.snap({"x": item}), rationale=f"try {item}", meta={"tokens_in": 10})
+
+
+def test_suggester_proposals_and_fallback_are_recorded(storage):
+    suggester = ScriptedSuggester([1.5, SuggestionFailed("answer did not parse"), None, 99.0])
+    result = make_tuner(storage, suggester=suggester).run(n_trials=4)
+    h = result.history
+    assert [t.proposer for t in h] == ["llm", "fallback", "fallback", "llm"]
+    assert h[0].params == {"x": 1.5} and h[0].rationale == "try 1.5"
+    assert h[0].user_attrs["tokens_in"] == 10
+    assert h[1].user_attrs[attrs.FALLBACK_REASON] == "answer did not parse"
+    assert h[3].params == {"x": 10.0}  # snapped into the space
+    assert suggester.seen == [0, 1, 2, 3]  # the history grows trial by trial
+
+
+def test_agent_sampler_drops_into_a_plain_optuna_study():
+    suggester = ScriptedSuggester([0.5, 2.5])
+    sampler = AgentSampler(SPACE, suggester, fallback=optuna_sampler("random", seed=1))
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2, n_trials=2)
+    assert [t.params["x"] for t in study.trials] == [0.5, 2.5]
+
+
+def test_an_empty_space_is_refused(storage):
+    with pytest.raises(ConfigError, match="no parameters to tune"):
+        Tuner(trainers.callable(quadratic), SearchSpace(), storage=storage)
+
+
+@pytest.mark.parametrize("name", ["tpe", "random", "cmaes", "gp"])
+def test_every_named_sampler_runs(storage, name):
+    result = make_tuner(storage, sampler=name).run(n_trials=4)
+    assert result.n_finished == 4
+
+
+def test_unknown_sampler_is_refused(storage):
+    with pytest.raises(ConfigError, match="Did you mean 'tpe'"):
+        make_tuner(storage, sampler="tpf").study
