@@ -194,6 +194,9 @@ class _Loop:
             result = tuner.trainer(config, report)
         except optuna.TrialPruned:
             raise
+        except KeyboardInterrupt:
+            trial.set_user_attr(attrs.ERROR, {"kind": "interrupted", "message": "Ctrl-C"})
+            raise
         except ConfigError as e:
             # Bad input fails every trial alike: stop the search and tell the person.
             self.fatal = e

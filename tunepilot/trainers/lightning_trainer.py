@@ -179,7 +179,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         callbacks=[callback],
     )
     start = time.perf_counter()
-    with _ctrl_c_raises():
+    with _ctrl_c_raises(trainer):
         trainer.fit(module, Batches(data.train, cfg.batch_size, seed=cfg.seed),
                     Batches(data.val, 8192))
     wall = time.perf_counter() - start
@@ -201,21 +201,22 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
 
 
 @contextlib.contextmanager
-def _ctrl_c_raises() -> Iterator[None]:
+def _ctrl_c_raises(trainer: pl.Trainer) -> Iterator[None]:
     """Ctrl-C inside `fit` raises KeyboardInterrupt, as everywhere else.
 
-    Lightning turns it into `sys.exit(1)` and ignores SIGINT from then on, which would leave the
-    trial RUNNING and the search deaf to a second Ctrl-C.
+    Lightning turns it into `sys.exit(1)` (and ignores SIGINT while it tears down), which would
+    leave the trial RUNNING and end the search with the wrong exit code.
     """
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main else None
     try:
         yield
-    except SystemExit as e:
-        if in_main and e.code == 1 and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    except SystemExit:
+        if not trainer.interrupted:
+            raise
+        if in_main and previous is not None:
             signal.signal(signal.SIGINT, previous)
-            raise KeyboardInterrupt from None
-        raise
+        raise KeyboardInterrupt from None
 
 
 def _peak_memory_mb() -> float:
