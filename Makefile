@@ -11,9 +11,9 @@ STAMP   = $(VENV)/.installed
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install "$(TORCH)"
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -26,6 +26,45 @@ def storage(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'study.db'}"
 
 
+SERVERS = {
+    "postgresql": "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
+    "mysql": "mysql+pymysql://root@127.0.0.1:3306/test",
+}
+
+
+def server_url(kind: str) -> str:
+    """The URL of a real database server of this machine; skips only outside CI."""
+    import sqlalchemy
+
+    url = SERVERS[kind]
+    try:
+        sqlalchemy.create_engine(url).connect().close()
+    except Exception as e:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{kind} at {url} is not reachable in CI: {e}") from e
+        pytest.skip(f"no {kind} server reachable at {url} ({type(e).__name__})")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "journal", "postgresql", "mysql"])
+def any_storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every storage backend tunepilot supports; server-backed ones use the real servers."""
+    kind = request.param
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'study.db'}"
+    if kind == "journal":
+        return f"journal:{tmp_path / 'study.log'}"
+    return server_url(kind)
+
+
+@pytest.fixture
+def study_name(request: pytest.FixtureRequest) -> str:
+    """A name no other test uses: server databases outlive a test."""
+    import uuid
+
+    return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+
+
 def quadratic(config: Mapping[str, Any], report: Any) -> float:
     """Minimum 0 at x = 2; `report` once per 'epoch' so pruning can happen."""
     loss = (config["x"] - 2.0) ** 2

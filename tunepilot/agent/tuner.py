@@ -179,7 +179,7 @@ class _Loop:
     def objective(self, trial: optuna.Trial) -> float:
         tuner = self.tuner
         config = tuner.space.sample(trial)
-        tuner.display.trial_start(trial.number, config,
+        tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
                                   trial.study._storage.get_trial_user_attrs(trial._trial_id)
                                   .get(attrs.PROPOSER))
 

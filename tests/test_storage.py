@@ -1,0 +1,40 @@
+"""One conformance suite for the memory, run against every storage backend."""
+
+from __future__ import annotations
+
+from tests.conftest import quadratic
+from tunepilot import Float, SearchSpace, Tuner, trainers
+from tunepilot.memory import History, attrs, load_study
+
+SPACE = SearchSpace.of(x=Float(-10.0, 10.0))
+
+
+def tuner(storage, name, fn=quadratic):
+    return Tuner(trainers.callable(fn), SPACE, storage=storage, study=name, pruner="none",
+                 settings={"config": {"n_trials": 6}})
+
+
+def test_resume_keeps_trials_attrs_and_settings(any_storage, study_name):
+    first = tuner(any_storage, study_name).run(n_trials=4)
+    assert first.n_new == 4
+    second = tuner(any_storage, study_name).run(n_trials=6)
+    assert (second.n_finished, second.n_new) == (6, 2)
+    study = load_study(any_storage, study_name)
+    history = History.from_study(study)
+    assert [t.number for t in history] == list(range(6))
+    assert all(t.proposer == "optuna" for t in history)
+    assert all(len(t.curve) == 3 for t in history)  # per-epoch reports are kept
+    assert all(t.duration_s is not None for t in history)
+    assert history.best_trial.value == second.best_value
+    assert study.user_attrs[attrs.SETTINGS] == {"config": {"n_trials": 6}}
+
+
+def test_failures_are_recorded_with_their_cause(any_storage, study_name):
+    def crash(config, report):
+        raise MemoryError("out of memory in layer 3")
+
+    tuner(any_storage, study_name, crash).run(n_trials=1)
+    [trial] = History.from_study(load_study(any_storage, study_name))
+    assert trial.state == "fail"
+    assert trial.error["kind"] == "oom"
+    assert "out of memory in layer 3" in trial.error["message"]
