@@ -2,6 +2,7 @@
 
 Specs (the CLI's ``--trainer``):
     lightning                  the built-in CTR model on PyTorch Lightning
+    jax                        the same model in Flax NNX + Optax
     package.module:function    your own ``function(config, report) -> float``
 
 Heavy frameworks are imported only when a trainer of theirs is built.
@@ -21,7 +22,7 @@ from tunepilot.errors import ConfigError, did_you_mean
 from tunepilot.space import Categorical, Float, SearchSpace
 from tunepilot.trainers.base import Report, Trainer, TrainResult, from_callable, no_report
 
-BUILTIN = ("lightning",)
+BUILTIN = ("lightning", "jax")
 
 __all__ = [
     "BUILTIN",
@@ -29,6 +30,7 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "callable",
+    "ctr_jax",
     "ctr_lightning",
     "default_space",
     "from_spec",
@@ -57,6 +59,13 @@ def ctr_lightning(data: Any) -> Trainer:
     return functools.partial(train_ctr, data=data)
 
 
+def ctr_jax(data: Any) -> Trainer:
+    """The built-in CTR model in Flax NNX + Optax (one jitted call per epoch), bound to `data`."""
+    from tunepilot.trainers.jax_trainer import train_ctr
+
+    return functools.partial(train_ctr, data=data)
+
+
 def default_space(trainer: str, epochs: int = 3) -> SearchSpace:
     """The mission's four parameters for a built-in trainer; empty for user code."""
     if trainer not in BUILTIN:
@@ -64,14 +73,16 @@ def default_space(trainer: str, epochs: int = 3) -> SearchSpace:
     return SearchSpace.of(
         lr=Float(1e-5, 1e-1, log=True),
         batch_size=Categorical([256, 512, 1024, 2048, 4096]),
-        precision=Categorical(device_precisions()),
+        precision=Categorical(device_precisions(trainer)),
         dropout=Float(0.0, 0.5),
         epochs=epochs,
     )
 
 
-def device_precisions() -> list[str]:
-    """Precisions the accelerator supports: 16-mixed only on CUDA."""
+def device_precisions(trainer: str = "lightning") -> list[str]:
+    """Precisions the accelerator supports: 16-mixed only on CUDA, and only with Lightning."""
+    if trainer == "jax":
+        return ["32-true", "bf16-mixed"]  # fp16 needs loss scaling, which JAX leaves to us
     import torch
 
     if torch.cuda.is_available():
@@ -104,8 +115,9 @@ def from_spec(spec: str, data: Any = None) -> Trainer:
 
     `data` is the CTR data set for a built-in trainer (default: the synthetic one).
     """
-    if spec == "lightning":
-        return ctr_lightning(load_data("synthetic") if data is None else data)
+    if spec in BUILTIN:
+        data = load_data("synthetic") if data is None else data
+        return ctr_lightning(data) if spec == "lightning" else ctr_jax(data)
     if ":" not in spec:
         raise ConfigError(
             f"Unknown trainer {spec!r}. Use one of: {', '.join(BUILTIN)} (built-in CTR task), "

@@ -23,13 +23,8 @@ from torch import nn
 
 from tunepilot.errors import ConfigError, Diverged
 from tunepilot.trainers.base import Report, TrainResult
-from tunepilot.trainers.ctr_config import CTRConfig, parse_config
+from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
-
-
-# A validation loss this many times the base rate's means the weights blew up (lr = 10 gives
-# ~10,000x) even while the loss is still a finite number.
-EXPLODED = 10
 
 
 class CTRNet(nn.Module):
