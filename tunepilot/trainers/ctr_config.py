@@ -31,7 +31,12 @@ class CTRConfig(BaseModel):
     seed: int = 0  # one seed for every trial: differences come from the config, not the draw
     emb_dim: int = Field(8, ge=1)  # 8 keeps the demo fast; Criteo-scale models use 16
     hidden: tuple[int, ...] = (256, 128)
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0)  # L2, as torch.optim.Adam's weight_decay
+    # Lazy Adam on the embedding table: only the rows a batch touches are read and updated
+    # (torch SparseAdam; the same rule in JAX). 1.4x faster than dense Adam at 27M embedding
+    # parameters with the same validation loss (bench/trainers.py); weight decay then applies to
+    # the MLP only.
+    sparse_embeddings: bool = True
 
     @field_validator("hidden", mode="before")
     @classmethod

@@ -33,6 +33,15 @@ from tunepilot.trainers.data.ctr import CTRData, Split
 
 _DTYPES = {"32-true": jnp.float32, "bf16-mixed": jnp.bfloat16}
 _EVAL_CHUNK = 8192
+_compile_seconds = [0.0]  # tracing + lowering + XLA compilation in this process
+
+
+def _count_compile_time(event: str, seconds: float, **_: Any) -> None:
+    if event.startswith("/jax/core/compile/"):
+        _compile_seconds[0] += seconds
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile_time)
 
 
 def _torch_like_kernel(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
@@ -69,9 +78,17 @@ class CTRFlax(nnx.Module):
 
     def __call__(self, dense: jax.Array, cat: jax.Array, dropout: jax.Array | float = 0.0,
                  key: jax.Array | None = None) -> jax.Array:
-        offsets = jnp.arange(self.n_fields, dtype=cat.dtype) * self.buckets
-        emb = self.embedding(cat + offsets).reshape(cat.shape[0], -1)
-        x = jnp.concatenate([emb, dense.astype(emb.dtype)], axis=1)
+        return self.top(self.embedding(self.ids(cat)), dense, dropout, key)
+
+    def ids(self, cat: jax.Array) -> jax.Array:
+        """Rows of the shared table for per-field bucket ids [batch, fields]."""
+        return cat + jnp.arange(self.n_fields, dtype=cat.dtype) * self.buckets
+
+    def top(self, rows: jax.Array, dense: jax.Array, dropout: jax.Array | float = 0.0,
+            key: jax.Array | None = None) -> jax.Array:
+        """The MLP over embedding rows [batch, fields, dim] and dense features."""
+        x = jnp.concatenate([rows.reshape(rows.shape[0], -1).astype(self.dtype),
+                             dense.astype(self.dtype)], axis=1)
         for i, layer in enumerate(self.layers):
             x = jax.nn.relu(layer(x))
             if key is not None:
@@ -102,34 +119,80 @@ def _on_device(split: Split) -> DeviceData:
     return DeviceData(jnp.asarray(split.dense), jnp.asarray(split.cat), jnp.asarray(split.y))
 
 
-def _loss(model: CTRFlax, data: DeviceData, idx: jax.Array, weight: jax.Array,
-          dropout: jax.Array, key: jax.Array | None) -> jax.Array:
-    logits = model(data.dense[idx], data.cat[idx], dropout, key)
-    losses = optax.sigmoid_binary_cross_entropy(logits, data.y[idx])
-    return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1.0)
+class TableState(NamedTuple):
+    """Adam moments of the embedding table, kept outside Optax so rows can be updated lazily."""
+
+    mu: jax.Array
+    nu: jax.Array
+    count: jax.Array
 
 
-@functools.partial(jax.jit, static_argnums=0, donate_argnums=(1, 2))
-def train_epoch(graphdef: nnx.GraphDef, params: nnx.State, opt_state: optax.OptState,
+_B1, _B2, _EPS = 0.9, 0.999, 1e-8  # optax.adam's and torch's defaults
+
+
+def _table_update(table: jax.Array, state: TableState, ids: jax.Array, row_grads: jax.Array,
+                  lr: jax.Array, weight_decay: jax.Array, lazy: bool
+                  ) -> tuple[jax.Array, TableState]:
+    """Adam on the embedding table from the gradients of the rows a batch gathered.
+
+    lazy=True is torch's SparseAdam: duplicate rows are summed, and only the touched rows'
+    parameters and moments change. lazy=False is dense Adam (with L2 weight decay) over every row,
+    as torch.optim.Adam does.
+    """
+    count = state.count + 1
+    c1, c2 = 1 - _B1**count, 1 - _B2**count
+    flat_ids = ids.reshape(-1)
+    flat_grads = row_grads.reshape(flat_ids.shape[0], -1)
+    if lazy:
+        n = flat_ids.shape[0]
+        rows, inverse = jnp.unique(flat_ids, size=n, fill_value=table.shape[0],
+                                   return_inverse=True)
+        g = jnp.zeros_like(flat_grads).at[inverse.reshape(-1)].add(flat_grads)
+        mu = _B1 * state.mu.at[rows].get(mode="fill", fill_value=0) + (1 - _B1) * g
+        nu = _B2 * state.nu.at[rows].get(mode="fill", fill_value=0) + (1 - _B2) * g * g
+        step = lr * (mu / c1) / (jnp.sqrt(nu / c2) + _EPS)
+        return (table.at[rows].add(-step, mode="drop"),
+                TableState(state.mu.at[rows].set(mu, mode="drop"),
+                           state.nu.at[rows].set(nu, mode="drop"), count))
+    g = jnp.zeros_like(table).at[flat_ids].add(flat_grads) + weight_decay * table
+    mu = _B1 * state.mu + (1 - _B1) * g
+    nu = _B2 * state.nu + (1 - _B2) * g * g
+    return table - lr * (mu / c1) / (jnp.sqrt(nu / c2) + _EPS), TableState(mu, nu, count)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 8), donate_argnums=(1, 2))
+def train_epoch(graphdef: nnx.GraphDef, params: nnx.State, opt_state: tuple[Any, TableState],
                 data: DeviceData, batches: jax.Array, weights: jax.Array, dropout: jax.Array,
-                key: jax.Array) -> tuple[nnx.State, optax.OptState, jax.Array]:
+                key: jax.Array, lazy: bool) -> tuple[nnx.State, Any, jax.Array]:
     """One epoch: `batches` [steps, batch] row indices, `weights` 0 on padding rows."""
     tx = _TX(learning_rate=0.0, weight_decay=0.0)  # values come from opt_state.hyperparams
+    table_state, rest = nnx.split_state(params, nnx.PathContains("embedding"), ...)
+    (table,), table_def = jax.tree.flatten(table_state)
 
     def step(carry, xs):
-        params, opt_state = carry
+        table, rest, (mlp_opt, table_opt) = carry
         idx, weight, step_key = xs
+        model = nnx.merge(graphdef, table_state, rest)
+        ids = model.ids(data.cat[idx])
 
-        def loss_fn(p: nnx.State) -> jax.Array:
-            return _loss(nnx.merge(graphdef, p), data, idx, weight, dropout, step_key)
+        def loss_fn(rest: nnx.State, rows: jax.Array) -> jax.Array:
+            logits = nnx.merge(graphdef, table_state, rest).top(rows, data.dense[idx], dropout,
+                                                                step_key)
+            losses = optax.sigmoid_binary_cross_entropy(logits, data.y[idx])
+            return jnp.sum(losses * weight) / jnp.maximum(jnp.sum(weight), 1.0)
 
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), loss
+        loss, (rest_grads, row_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1))(
+            rest, table[ids])
+        updates, mlp_opt = tx.update(rest_grads, mlp_opt, rest)
+        hp = mlp_opt.hyperparams
+        table, table_opt = _table_update(table, table_opt, ids, row_grads,
+                                         hp["learning_rate"], hp["weight_decay"], lazy)
+        return (table, optax.apply_updates(rest, updates), (mlp_opt, table_opt)), loss
 
     keys = jax.random.split(key, batches.shape[0])
-    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state),
-                                               (batches, weights, keys))
+    (table, rest, opt_state), losses = jax.lax.scan(step, (table, rest, opt_state),
+                                                    (batches, weights, keys))
+    params = nnx.merge_state(jax.tree.unflatten(table_def, [table]), rest)
     return params, opt_state, losses
 
 
@@ -185,16 +248,18 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
     explode_at = EXPLODED * data.base_logloss
     curve: list[float] = []
     train_time = 0.0
+    compile_before = _compile_seconds[0]
     for epoch in range(1, cfg.epochs + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _compile_seconds[0]
         batches, weights = padded_batches(rng.permutation(len(data.train)).astype(np.int32),
                                           cfg.batch_size)
         key, epoch_key = jax.random.split(key)
         params, opt_state, losses = train_epoch(graphdef, params, opt_state, train,
                                                 jnp.asarray(batches), jnp.asarray(weights),
-                                                dropout, epoch_key)
+                                                dropout, epoch_key, cfg.sparse_embeddings)
+        losses.block_until_ready()
+        train_time += time.perf_counter() - t0 - (_compile_seconds[0] - c0)
         loss = float(eval_loss_sum(graphdef, params, val, val_idx, val_w)) / len(data.val)
-        train_time += time.perf_counter() - t0
         curve.append(loss)
         if not math.isfinite(loss) or not bool(jnp.isfinite(losses).all()):
             raise Diverged(epoch, loss)
@@ -208,13 +273,20 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         wall_time_s=time.perf_counter() - start,
         samples_per_s=len(data.train) * cfg.epochs / max(train_time, 1e-9),
         peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        extra={"compilations": compilations() - compiled_before, "backend": jax.default_backend()},
+        extra={"compilations": compilations() - compiled_before,
+               "compile_s": _compile_seconds[0] - compile_before,
+               "backend": jax.default_backend()},
     )
 
 
-def init_state(data: CTRData, cfg: CTRConfig) -> tuple[nnx.GraphDef, nnx.State, optax.OptState]:
+def init_state(data: CTRData, cfg: CTRConfig) -> tuple[nnx.GraphDef, nnx.State, Any]:
+    """The model's graph and parameters; Optax state of the MLP and Adam state of the table."""
     model = CTRFlax(data.n_fields, data.buckets, data.n_dense, cfg.emb_dim, cfg.hidden,
                     dtype=_DTYPES[cfg.precision], rngs=nnx.Rngs(params=cfg.seed))
     graphdef, params = nnx.split(model)
-    opt_state = _TX(learning_rate=cfg.lr, weight_decay=cfg.weight_decay).init(params)
-    return graphdef, params, opt_state
+    table_state, rest = nnx.split_state(params, nnx.PathContains("embedding"), ...)
+    # Lazy tables take no weight decay (as torch's SparseAdam); dense ones take L2 as Adam does.
+    mlp_opt = _TX(learning_rate=cfg.lr, weight_decay=cfg.weight_decay).init(rest)
+    (table,) = jax.tree.leaves(table_state)
+    table_opt = TableState(jnp.zeros_like(table), jnp.zeros_like(table), jnp.zeros((), jnp.int32))
+    return graphdef, params, (mlp_opt, table_opt)
