@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from tunepilot.errors import ConfigError, did_you_mean
 
@@ -60,8 +60,12 @@ class TuneConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trainer: str = "lightning"  # lightning | package.module:function
-    data: str = "synthetic"  # synthetic | synthetic:ROWS
+    trainer: str = "lightning"  # lightning | jax | package.module:function
+    data: str = "synthetic"  # synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH
+    rows: int | None = Field(None, ge=10)  # read at most this many rows (default: all)
+    buckets: int | None = Field(None, ge=1)  # hash buckets per field (synthetic 1024, files 2^16)
+    label: str = "label"  # label column of csv/parquet data
+    categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
     strategy: Literal["optuna", "llm", "hybrid"] = "optuna"
     sampler: Literal["tpe", "random", "cmaes", "gp"] = "tpe"
@@ -75,6 +79,11 @@ class TuneConfig(BaseModel):
     target: float | None = None  # stop as soon as a trial's validation loss is <= target
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0
+
+    @field_validator("categorical", mode="before")
+    @classmethod
+    def _split_commas(cls, v: Any) -> Any:
+        return [c.strip() for c in v.split(",") if c.strip()] if isinstance(v, str) else v
 
     def study_name(self) -> str:
         if self.study:

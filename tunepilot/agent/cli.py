@@ -54,7 +54,12 @@ def run(
     config: ConfigFile = None,
     trainer: Annotated[str | None, typer.Option(
         help="lightning (built-in CTR task) or package.module:function")] = None,
-    data: Annotated[str | None, typer.Option(help="synthetic or synthetic:ROWS")] = None,
+    data: Annotated[str | None, typer.Option(
+        help="synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH")] = None,
+    rows: Annotated[int | None, typer.Option(help="Read at most ROWS rows of the data")] = None,
+    label: Annotated[str | None, typer.Option(help="Label column of csv/parquet data")] = None,
+    categorical: Annotated[str | None, typer.Option(
+        help="Comma-separated categorical columns of csv/parquet data")] = None,
     strategy: Annotated[str | None, typer.Option(help="optuna | llm | hybrid")] = None,
     sampler: Annotated[str | None, typer.Option(help="tpe | random | cmaes | gp")] = None,
     pruner: Annotated[str | None, typer.Option(help="median | none")] = None,
@@ -77,7 +82,8 @@ def run(
 
     console = Console(highlight=False, soft_wrap=True)
     with _user_errors():
-        cfg = load_config(config, trainer=trainer, data=data, strategy=strategy, sampler=sampler,
+        cfg = load_config(config, trainer=trainer, data=data, rows=rows, label=label,
+                          categorical=categorical, strategy=strategy, sampler=sampler,
                           pruner=pruner, llm=llm, llm_base_url=llm_base_url, storage=storage,
                           study=study, n_trials=n_trials, timeout=timeout, target=target,
                           epochs=epochs, seed=seed)

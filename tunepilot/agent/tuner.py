@@ -294,7 +294,8 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
     notes: list[str] = []
     space = SearchSpace.of(cfg.space)
     if cfg.trainer in trainers.BUILTIN:
-        data = trainers.load_data(cfg.data)
+        data = trainers.load_data(cfg.data, rows=cfg.rows, buckets=cfg.buckets, label=cfg.label,
+                                  categorical=cfg.categorical)
         notes.append(f"data: {data.describe()}")
         trainer = trainers.from_spec(cfg.trainer, data)
         space = trainers.default_space(cfg.trainer, cfg.epochs).merged(space)

@@ -91,22 +91,35 @@ def device_precisions(trainer: str = "lightning") -> list[str]:
     return ["32-true", "bf16-mixed"]
 
 
-def load_data(spec: str) -> Any:
-    """The data set named by `spec`: ``synthetic`` or ``synthetic:ROWS``."""
+DATA_KINDS = ("synthetic", "criteo", "csv", "parquet")
+
+
+def load_data(spec: str, *, rows: int | None = None, buckets: int | None = None,
+              label: str = "label", categorical: list[str] | tuple[str, ...] = ()) -> Any:
+    """The CTR data set named by `spec`: ``synthetic[:ROWS]``, ``criteo:PATH``, ``csv:PATH``
+    or ``parquet:PATH``."""
+    from tunepilot.trainers.data import criteo, synthetic, table
+
     kind, _, arg = spec.partition(":")
     if kind == "synthetic":
-        from tunepilot.trainers.data import synthetic
-
         try:
-            rows = int(arg) if arg else 50_000
-            return synthetic(rows)
-        except ValueError as e:
-            raise ConfigError(
-                f"--data {spec!r}: {e}. Write synthetic or synthetic:ROWS, e.g. synthetic:50000."
-            ) from None
+            n = int(arg) if arg else (rows or 50_000)
+        except ValueError:
+            raise ConfigError(f"--data {spec!r}: {arg!r} is not a row count. Write synthetic or "
+                              "synthetic:ROWS, e.g. synthetic:50000.") from None
+        if n < 100:
+            raise ConfigError(f"--data {spec!r}: use at least 100 rows.")
+        return synthetic(n, buckets=buckets or 1024)
+    if kind in ("criteo", "csv", "parquet") and not arg:
+        raise ConfigError(f"--data {kind}: needs a path, e.g. --data {kind}:./train.txt.gz")
+    if kind == "criteo":
+        return criteo(arg, rows=rows, buckets=buckets or 2**16)
+    if kind in ("csv", "parquet"):
+        return table(arg, label=label, categorical=categorical, rows=rows,
+                     buckets=buckets or 2**16)
     raise ConfigError(
-        f"Unknown data {spec!r}; expected synthetic or synthetic:ROWS."
-        f"{did_you_mean(kind, ['synthetic'])}"
+        f"Unknown data {spec!r}; expected synthetic[:ROWS], criteo:PATH, csv:PATH or "
+        f"parquet:PATH.{did_you_mean(kind, DATA_KINDS)}"
     )
 
 

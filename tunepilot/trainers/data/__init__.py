@@ -1,6 +1,7 @@
-"""Data for the built-in CTR task: the synthetic generator (more formats in trainers.data.*)."""
+"""Data for the built-in CTR task: synthetic, Criteo TSV, and CSV/Parquet tables."""
 
 from tunepilot.trainers.data.ctr import CTRData, Split
+from tunepilot.trainers.data.files import criteo, table
 from tunepilot.trainers.data.synthetic import synthetic
 
-__all__ = ["CTRData", "Split", "synthetic"]
+__all__ = ["CTRData", "Split", "criteo", "synthetic", "table"]
