@@ -116,7 +116,7 @@ def test_run_resume_show_best(workdir):
     best = run_tune("best", "--storage", "sqlite:///s.db", "--study", "toy-quadratic",
                     cwd=workdir)
     assert best.returncode == 0, best.stderr
-    assert json.loads(best.stdout) == {"x": study.best_params["x"]}
+    assert json.loads(best.stdout) == {"epochs": 3, "seed": 0, "x": study.best_params["x"]}
 
 
 def test_show_names_the_studies_when_the_name_is_wrong(workdir):

@@ -298,11 +298,13 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
                                   categorical=cfg.categorical)
         notes.append(f"data: {data.describe()}")
         trainer = trainers.from_spec(cfg.trainer, data)
-        space = trainers.default_space(cfg.trainer, cfg.epochs).merged(space)
-        space = space.merged(SearchSpace.of(seed=cfg.seed)) if "seed" not in space.params else space
-        check_ctr_keys(set(space.params) | set(space.fixed))
+        space = trainers.default_space(cfg.trainer).merged(space)
     else:
         trainer = trainers.from_spec(cfg.trainer)
+    # Every trainer gets the run's epochs and seed unless the space tunes them.
+    space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
+    if cfg.trainer in trainers.BUILTIN:
+        check_ctr_keys(set(space.params) | set(space.fixed))
     notes.append(
         f"strategy: optuna ({cfg.sampler} sampler, seed {cfg.seed}); no LLM agent in this "
         "version yet, so Optuna proposes every trial"

@@ -1,9 +1,12 @@
 """Trainers: ``train(config, report) -> TrainResult``, and how to build one from a spec string.
 
 Specs (the CLI's ``--trainer``):
-    lightning                  the built-in CTR model on PyTorch Lightning
-    jax                        the same model in Flax NNX + Optax
-    package.module:function    your own ``function(config, report) -> float``
+    lightning                          the built-in CTR model on PyTorch Lightning
+    jax                                the same model in Flax NNX + Optax
+    package.module:function            ``function(config, report) -> float``, or a trainer
+                                       object built with `lightning()` / `flax()`
+    lightning:package.module:factory   ``factory(config) -> LightningModule`` with its own
+                                       dataloaders; it must log ``val_loss``
 
 Heavy frameworks are imported only when a trainer of theirs is built.
 """
@@ -30,6 +33,8 @@ __all__ = [
     "TrainResult",
     "Trainer",
     "callable",
+    "flax",
+    "lightning",
     "ctr_jax",
     "ctr_lightning",
     "default_space",
@@ -52,6 +57,46 @@ def callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:  # no
     return from_callable(fn)
 
 
+def lightning(module_factory: Callable[[Mapping[str, Any]], Any],
+              datamodule_factory: Callable[[Mapping[str, Any]], Any] | None = None, *,
+              monitor: str = "val_loss") -> Trainer:
+    """Tunes your own LightningModule. Both factories receive the trial's config.
+
+    The module (or the data module) provides the dataloaders and logs `monitor` in
+    `validation_step`; ``config["epochs"]`` and ``config["precision"]`` set the Trainer's.
+
+    Example:
+        >>> def make_module(config):
+        ...     return MyModule(lr=config["lr"], dropout=config["dropout"])  # doctest: +SKIP
+        >>> trainer = lightning(make_module, lambda config: MyData(config["batch_size"]))
+    """
+    from tunepilot.trainers.lightning_trainer import user_module
+
+    return user_module(module_factory, datamodule_factory, monitor=monitor)
+
+
+def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
+         loss_fn: Callable[[Any, Any], Any], data: tuple[Any, Any]) -> Trainer:
+    """Tunes your own Flax NNX model with Optax Adam(W).
+
+    `model_factory(config, rngs)` builds the model; `loss_fn(model, batch)` returns the mean
+    loss of a batch; `data` is ``(train, val)``, each an array or a dict/tuple of arrays with one
+    common first dimension. The config's lr, batch_size, epochs, weight_decay and seed are used.
+
+    Example:
+        >>> def make(config, rngs):
+        ...     return nnx.Sequential(nnx.Linear(8, 32, rngs=rngs), nnx.relu,
+        ...                           nnx.Dropout(config["dropout"], rngs=rngs),
+        ...                           nnx.Linear(32, 1, rngs=rngs))  # doctest: +SKIP
+        >>> def mse(model, batch):
+        ...     return ((model(batch["x"])[:, 0] - batch["y"]) ** 2).mean()  # doctest: +SKIP
+        >>> trainer = flax(make, mse, ({"x": x, "y": y}, {"x": xv, "y": yv}))  # doctest: +SKIP
+    """
+    from tunepilot.trainers.flax_trainer import user_model
+
+    return user_model(model_factory, loss_fn, data)
+
+
 def ctr_lightning(data: Any) -> Trainer:
     """The built-in CTR model (embeddings + MLP + dropout) on Lightning, bound to `data`."""
     from tunepilot.trainers.lightning_trainer import train_ctr
@@ -66,7 +111,7 @@ def ctr_jax(data: Any) -> Trainer:
     return functools.partial(train_ctr, data=data)
 
 
-def default_space(trainer: str, epochs: int = 3) -> SearchSpace:
+def default_space(trainer: str) -> SearchSpace:
     """The mission's four parameters for a built-in trainer; empty for user code."""
     if trainer not in BUILTIN:
         return SearchSpace()
@@ -75,7 +120,6 @@ def default_space(trainer: str, epochs: int = 3) -> SearchSpace:
         batch_size=Categorical([256, 512, 1024, 2048, 4096]),
         precision=Categorical(device_precisions(trainer)),
         dropout=Float(0.0, 0.5),
-        epochs=epochs,
     )
 
 
@@ -131,10 +175,13 @@ def from_spec(spec: str, data: Any = None) -> Trainer:
     if spec in BUILTIN:
         data = load_data("synthetic") if data is None else data
         return ctr_lightning(data) if spec == "lightning" else ctr_jax(data)
+    if spec.startswith("lightning:"):
+        return lightning(_import_function(spec.removeprefix("lightning:")))
     if ":" not in spec:
         raise ConfigError(
             f"Unknown trainer {spec!r}. Use one of: {', '.join(BUILTIN)} (built-in CTR task), "
-            f"or package.module:function for your own code.{did_you_mean(spec, BUILTIN)}"
+            "package.module:function for your own code, or lightning:package.module:factory "
+            f"for your own LightningModule.{did_you_mean(spec, BUILTIN)}"
         )
     return callable(_import_function(spec))
 

@@ -70,6 +70,8 @@ def from_callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:
 
         start = time.perf_counter()
         value = fn(config, recording_report)
+        if isinstance(value, TrainResult):  # a trainer object named on the command line
+            return value
         try:
             value = float(value)
         except (TypeError, ValueError):

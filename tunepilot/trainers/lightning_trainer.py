@@ -14,8 +14,8 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
@@ -25,6 +25,9 @@ from tunepilot.errors import ConfigError, Diverged
 from tunepilot.trainers.base import Report, TrainResult
 from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
+
+
+ValLoss = Callable[[pl.Trainer, pl.LightningModule], float]
 
 
 class CTRNet(nn.Module):
@@ -129,8 +132,9 @@ class Batches:
 class _ReportEpochs(pl.Callback):
     """Hands each epoch's validation loss to `report`; stops the fit on pruning or divergence."""
 
-    def __init__(self, report: Report, explode_at: float):
+    def __init__(self, report: Report, val_loss: ValLoss, explode_at: float):
         self.report = report
+        self.val_loss = val_loss
         self.explode_at = explode_at
         self.curve: list[float] = []
         self.stopped: Exception | None = None
@@ -142,13 +146,17 @@ class _ReportEpochs(pl.Callback):
 
     def on_validation_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
         # Lightning validates inside the training epoch; count training steps only.
-        self.train_time += time.perf_counter() - self._t0
+        if not trainer.sanity_checking:
+            self.train_time += time.perf_counter() - self._t0
 
-    def on_validation_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        assert isinstance(module, CTRModule)
-        self.curve.append(module.epoch_val_loss())
+    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
+        # on_validation_end, not ..._epoch_end: only now are logged epoch metrics aggregated.
+        if trainer.sanity_checking:
+            return
         try:
-            epoch, loss = len(self.curve), self.curve[-1]
+            loss = float(self.val_loss(trainer, module))
+            self.curve.append(loss)
+            epoch = len(self.curve)
             if loss > self.explode_at:
                 raise Diverged(epoch, loss, f", over {self.explode_at:.3g} ({EXPLODED} x the "
                                "base rate's): the training blew up")
@@ -166,23 +174,30 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
 
 
-def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> TrainResult:
-    """Trains the CTR model on `data` with `config`; returns the best validation log-loss."""
-    cfg = parse_config(config)
-    if cfg.precision == "16-mixed" and not torch.cuda.is_available():
+class Fit(NamedTuple):
+    curve: tuple[float, ...]
+    train_time_s: float
+    wall_time_s: float
+
+
+def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: str,
+        val_loss: ValLoss, explode_at: float = math.inf, **fit_args: Any) -> Fit:
+    """`Trainer.fit` with no progress bar, logger or checkpoints, reporting every epoch.
+
+    Raises what `report` raised (pruning), `Diverged`, or KeyboardInterrupt on Ctrl-C.
+    """
+    if precision == "16-mixed" and not torch.cuda.is_available():
         raise ConfigError(
             "precision '16-mixed' needs a CUDA GPU and none is available; use 'bf16-mixed' or "
             "'32-true' on the CPU (remove '16-mixed' from the precision choices)."
         )
     quiet_lightning()
-    torch.manual_seed(cfg.seed)
-    module = CTRModule(data, cfg)
-    callback = _ReportEpochs(report, explode_at=EXPLODED * data.base_logloss)
+    callback = _ReportEpochs(report, val_loss, explode_at)
     trainer = pl.Trainer(
-        max_epochs=cfg.epochs,
-        accelerator="auto",
+        max_epochs=epochs,
+        accelerator="auto",  # the GPU when there is one
         devices=1,
-        precision=cfg.precision,
+        precision=precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -192,24 +207,72 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
     )
     start = time.perf_counter()
     with _ctrl_c_raises(trainer):
-        trainer.fit(module, Batches(data.train, cfg.batch_size, seed=cfg.seed),
-                    Batches(data.val, 8192))
+        trainer.fit(module, **fit_args)
     wall = time.perf_counter() - start
     if callback.stopped is not None:
         raise callback.stopped
+    if not callback.curve:
+        raise ConfigError("Lightning finished without a validation epoch; give the module (or "
+                          "data module) a val_dataloader.")
     curve = tuple(callback.curve)
-    if not curve:
-        raise RuntimeError("Lightning finished without a validation epoch")
     if not all(math.isfinite(v) for v in curve):
         raise Diverged(len(curve), curve[-1])
-    epochs_run = len(curve)
+    return Fit(curve, callback.train_time, wall)
+
+
+def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> TrainResult:
+    """Trains the CTR model on `data` with `config`; returns the best validation log-loss."""
+    cfg = parse_config(config)
+    torch.manual_seed(cfg.seed)
+    module = CTRModule(data, cfg)
+    result = fit(module, report, epochs=cfg.epochs, precision=cfg.precision,
+                 val_loss=lambda trainer, m: m.epoch_val_loss(),
+                 explode_at=EXPLODED * data.base_logloss,
+                 train_dataloaders=Batches(data.train, cfg.batch_size, seed=cfg.seed),
+                 val_dataloaders=Batches(data.val, 8192))
     return TrainResult(
-        best_val_loss=min(curve),
-        curve=curve,
-        wall_time_s=wall,
-        samples_per_s=len(data.train) * epochs_run / max(callback.train_time, 1e-9),
+        best_val_loss=min(result.curve),
+        curve=result.curve,
+        wall_time_s=result.wall_time_s,
+        samples_per_s=len(data.train) * len(result.curve) / max(result.train_time_s, 1e-9),
         peak_memory_mb=_peak_memory_mb(),
     )
+
+
+def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule],
+                datamodule_factory: Callable[[Mapping[str, Any]], Any] | None = None, *,
+                monitor: str = "val_loss") -> Callable[[Mapping[str, Any], Report], TrainResult]:
+    """A trainer for your own LightningModule; see `tunepilot.trainers.lightning`."""
+
+    def train(config: Mapping[str, Any], report: Report) -> TrainResult:
+        torch.manual_seed(int(config.get("seed", 0)))
+        module = module_factory(config)
+        fit_args: dict[str, Any] = {}
+        if datamodule_factory is not None:
+            fit_args["datamodule"] = datamodule_factory(config)
+        result = fit(module, report, epochs=int(config.get("epochs", 1)),
+                     precision=str(config.get("precision", "32-true")),
+                     val_loss=_logged(monitor), **fit_args)
+        return TrainResult(min(result.curve), result.curve, result.wall_time_s,
+                           peak_memory_mb=_peak_memory_mb())
+
+    train.__name__ = getattr(module_factory, "__name__", "lightning")
+    return train
+
+
+def _logged(monitor: str) -> ValLoss:
+    def read(trainer: pl.Trainer, module: pl.LightningModule) -> float:
+        value = trainer.callback_metrics.get(monitor)
+        if value is None:
+            logged = sorted(trainer.callback_metrics) or ["nothing"]
+            raise ConfigError(
+                f"The LightningModule logged no {monitor!r} after validation (it logged "
+                f"{', '.join(logged)}). Call self.log({monitor!r}, loss) in validation_step, or "
+                "pass monitor= with the name you log."
+            )
+        return float(value)
+
+    return read
 
 
 @contextlib.contextmanager

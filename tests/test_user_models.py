@@ -1,0 +1,167 @@
+"""Users' own models: a LightningModule (with or without a data module) and a Flax NNX model."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from tests.conftest import run_tune
+from tunepilot import ConfigError, Float, SearchSpace, Tuner, trainers
+
+pytestmark = pytest.mark.slow
+
+USER_CODE = '''
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import tunepilot
+
+rng = np.random.default_rng(0)
+X = rng.normal(size=(512, 8)).astype(np.float32)
+W = rng.normal(size=(8,)).astype(np.float32)
+Y = (X @ W + 0.1 * rng.normal(size=512)).astype(np.float32)
+
+
+class Regression(pl.LightningModule):
+    def __init__(self, lr, log_name="val_loss"):
+        super().__init__()
+        self.lr, self.log_name = lr, log_name
+        self.net = torch.nn.Linear(8, 1)
+
+    def loss(self, batch):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x)[:, 0], y)
+
+    def training_step(self, batch, i):
+        return self.loss(batch)
+
+    def validation_step(self, batch, i):
+        self.log(self.log_name, self.loss(batch))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(torch.from_numpy(X[:400]), torch.from_numpy(Y[:400])),
+                          batch_size=32, shuffle=True)
+
+    def val_dataloader(self):
+        return DataLoader(TensorDataset(torch.from_numpy(X[400:]), torch.from_numpy(Y[400:])),
+                          batch_size=112)
+
+
+def make_module(config):
+    return Regression(config["lr"])
+
+
+def make_silent_module(config):
+    return Regression(config["lr"], log_name="something_else")
+
+
+def make_flax(config, rngs):
+    from flax import nnx
+    return nnx.Sequential(nnx.Linear(8, 16, rngs=rngs), nnx.relu, nnx.Linear(16, 1, rngs=rngs))
+
+
+def mse(model, batch):
+    return ((model(batch["x"])[:, 0] - batch["y"]) ** 2).mean()
+
+
+flax_trainer = tunepilot.trainers.flax(
+    make_flax, mse, ({"x": X[:400], "y": Y[:400]}, {"x": X[400:], "y": Y[400:]}))
+'''
+
+SPACE = SearchSpace.of(lr=Float(1e-4, 0.3, log=True), epochs=3)
+
+
+@pytest.fixture
+def user(tmp_path, monkeypatch):
+    (tmp_path / "user_models.py").write_text(USER_CODE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    import user_models
+
+    return importlib.reload(user_models)
+
+
+def test_own_lightning_module_is_tuned(user, storage):
+    tuner = Tuner(trainers.lightning(user.make_module), SPACE, storage=storage, study="lit",
+                  pruner="none")
+    tuner.study.enqueue_trial({"lr": 1e-4})  # a poor start, so improvement is visible
+    result = tuner.run(n_trials=6)
+    first = result.history[0]
+    assert len(first.curve) == 3
+    assert result.best_value < first.value
+    assert result.best_value < 0.5  # the noise floor is 0.01; the start is ~8
+
+
+def test_own_lightning_module_with_a_data_module(user, storage):
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Data(pl.LightningDataModule):
+        def __init__(self, batch_size):
+            super().__init__()
+            self.batch_size = batch_size
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(torch.from_numpy(user.X[:400]),
+                                            torch.from_numpy(user.Y[:400])),
+                              batch_size=self.batch_size)
+
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(torch.from_numpy(user.X[400:]),
+                                            torch.from_numpy(user.Y[400:])), batch_size=64)
+
+    class NoLoaders(user.Regression):
+        train_dataloader = None
+        val_dataloader = None
+
+    trainer = trainers.lightning(lambda c: NoLoaders(c["lr"]), lambda c: Data(c["batch_size"]))
+    result = trainer({"lr": 0.1, "batch_size": 16, "epochs": 2}, lambda e, v: None)
+    assert len(result.curve) == 2 and result.best_val_loss < 1.0
+
+
+def test_a_module_that_logs_no_val_loss_stops_the_search_with_the_fix(user, storage):
+    tuner = Tuner(trainers.lightning(user.make_silent_module), SPACE, storage=storage,
+                  study="silent")
+    with pytest.raises(ConfigError, match=r"logged no 'val_loss'.*self.log\('val_loss'"):
+        tuner.run(n_trials=5)
+
+
+def test_own_flax_model_is_tuned_and_can_be_pruned(user, storage):
+    result = Tuner(user.flax_trainer, SPACE.merged(SearchSpace.of(batch_size=32)),
+                   storage=storage, study="flax", pruner="none").run(n_trials=5)
+    assert result.best_value < 0.5
+    assert all(len(t.curve) == 3 for t in result.history)
+
+    seen = []
+
+    def prune(epoch, loss):
+        seen.append(epoch)
+        raise optuna.TrialPruned()
+
+    with pytest.raises(optuna.TrialPruned):
+        user.flax_trainer({"lr": 1e-2, "epochs": 5}, prune)
+    assert seen == [1]
+
+
+def test_flax_data_with_mismatched_lengths_is_refused():
+    with pytest.raises(ConfigError, match="one common first dimension"):
+        trainers.flax(lambda c, r: None, lambda m, b: 0.0,
+                      ({"x": np.zeros((4, 2)), "y": np.zeros(5)}, {"x": np.zeros((2, 2))}))
+
+
+def test_cli_specs_for_user_models(user, tmp_path):
+    (tmp_path / "space.toml").write_text(
+        '[space]\nlr = { type = "float", low = 1e-3, high = 0.3, log = true }\n')
+    for spec in ("lightning:user_models:make_module", "user_models:flax_trainer"):
+        proc = run_tune("run", "--trainer", spec, "--config", "space.toml", "--n-trials", "2",
+                        "--epochs", "2", "--storage", "sqlite:///s.db", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "2 finished" in proc.stdout
