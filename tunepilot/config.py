@@ -67,11 +67,18 @@ class TuneConfig(BaseModel):
     label: str = "label"  # label column of csv/parquet data
     categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
-    strategy: Literal["optuna", "llm", "hybrid"] = "optuna"
+    # auto: hybrid when an LLM is configured (--llm), otherwise optuna
+    strategy: Literal["auto", "optuna", "llm", "hybrid"] = "auto"
     sampler: Literal["tpe", "random", "cmaes", "gp"] = "tpe"
     pruner: Literal["median", "none"] = "median"
-    llm: str = "auto"
-    llm_base_url: str | None = None
+    llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
+    llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
+    llm_temperature: float = Field(0.4, ge=0.0, le=2.0)
+    llm_max_tokens: int = Field(400, ge=50)
+    llm_timeout: float = Field(60.0, gt=0)  # seconds per request
+    llm_attempts: int = Field(3, ge=1)  # answers per trial before the fallback sampler takes it
+    llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
+    task: str | None = None  # what is being trained, in words, for the LLM's prompt
     storage: str = "sqlite:///tunepilot.db"
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run

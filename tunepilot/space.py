@@ -65,8 +65,8 @@ class Float(_Param):
         return trial.suggest_float(name, self.low, self.high, log=self.log, step=self.step)
 
     def snap(self, value: Any) -> float:
-        """The closest value inside the space (clipped, rounded to the step)."""
-        v = min(max(float(value), self.low), self.high)
+        """The value as a float rounded to the step; outside [low, high] is an error."""
+        v = _in_range(value, self.low, self.high)
         if self.step is not None:
             v = self.low + round((v - self.low) / self.step) * self.step
             v = min(v, self.high)
@@ -112,7 +112,8 @@ class Int(_Param):
         return trial.suggest_int(name, self.low, self.high, log=self.log, step=self.step)
 
     def snap(self, value: Any) -> int:
-        v = min(max(float(value), self.low), self.high)
+        """The value rounded to the nearest allowed integer; outside [low, high] is an error."""
+        v = _in_range(value, self.low, self.high)
         v = self.low + round((v - self.low) / self.step) * self.step
         return int(min(v, self.high))
 
@@ -172,6 +173,18 @@ class Categorical(_Param):
 
 
 Param = Annotated[Union[Float, Int, Categorical], Field(discriminator="type")]
+
+
+def _in_range(value: Any, low: float, high: float) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    v = float(value)  # ValueError/TypeError for text that is not a number
+    if not math.isfinite(v):
+        raise ValueError(f"{value!r} is not a finite number")
+    slack = 1e-9 * (high - low)  # absorbs float noise from printing and parsing
+    if v < low - slack or v > high + slack:
+        raise ValueError(f"{v:g} is outside [{low:g}, {high:g}]")
+    return min(max(v, low), high)
 
 
 def _check_bounds(low: float, high: float, log: bool) -> None:

@@ -53,10 +53,13 @@ def _user_errors() -> Iterator[None]:
 def run(
     config: ConfigFile = None,
     trainer: Annotated[str | None, typer.Option(
-        help="lightning (built-in CTR task) or package.module:function")] = None,
+        help="lightning | jax (built-in CTR task), package.module:function, or "
+        "lightning:package.module:factory")] = None,
     data: Annotated[str | None, typer.Option(
         help="synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH")] = None,
     rows: Annotated[int | None, typer.Option(help="Read at most ROWS rows of the data")] = None,
+    buckets: Annotated[int | None, typer.Option(
+        help="Hash buckets per categorical field [default: 1024 synthetic, 65536 files]")] = None,
     label: Annotated[str | None, typer.Option(help="Label column of csv/parquet data")] = None,
     categorical: Annotated[str | None, typer.Option(
         help="Comma-separated categorical columns of csv/parquet data")] = None,
@@ -82,7 +85,7 @@ def run(
 
     console = Console(highlight=False, soft_wrap=True)
     with _user_errors():
-        cfg = load_config(config, trainer=trainer, data=data, rows=rows, label=label,
+        cfg = load_config(config, trainer=trainer, data=data, rows=rows, buckets=buckets, label=label,
                           categorical=categorical, strategy=strategy, sampler=sampler,
                           pruner=pruner, llm=llm, llm_base_url=llm_base_url, storage=storage,
                           study=study, n_trials=n_trials, timeout=timeout, target=target,

@@ -5,7 +5,8 @@ A suggester reads the history and proposes the next config::
     class Suggester(Protocol):
         def __call__(self, space: SearchSpace, history: History) -> Suggestion | None: ...
 
-Returning None (or raising `SuggestionFailed`) hands the trial to the fallback Optuna sampler,
+Returning None declines the trial (the Optuna sampler proposes it: how `hybrid` takes turns);
+raising `SuggestionFailed` hands it to the same sampler as a fallback, with the reason recorded,
 so a failing LLM never stops a search. Because `AgentSampler` is an ordinary
 `optuna.samplers.BaseSampler`, it drops into any Optuna study, and several workers coordinate
 through the study's storage alone.
@@ -36,6 +37,7 @@ class Suggestion:
     params: Mapping[str, Any]
     proposer: attrs.Proposer = "llm"
     rationale: str | None = None
+    notes: str | None = None  # the agent's updated notes, stored with the study
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -44,7 +46,29 @@ class Suggester(Protocol):
 
 
 class SuggestionFailed(TuneError):
-    """A suggester could not produce a valid config; the fallback sampler takes the trial."""
+    """A suggester could not produce a valid config; the fallback sampler takes the trial.
+
+    `meta` (tokens spent, attempts, errors) is recorded on the trial all the same.
+    """
+
+    def __init__(self, message: str, meta: Mapping[str, Any] | None = None):
+        super().__init__(message)
+        self.meta = dict(meta or {})
+
+
+def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Suggester:
+    """The `hybrid` strategy: `suggester` proposes the first `startup` trials (where an LLM's
+    prior knowledge helps most), then every `every`-th trial; Optuna's sampler the others. Both
+    read the same history.
+    """
+
+    def hybrid(space: SearchSpace, history: History) -> Suggestion | None:
+        n = len(history)
+        if n < startup or (n - startup) % every == 0:
+            return suggester(space, history)
+        return None
+
+    return hybrid
 
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
@@ -95,23 +119,28 @@ class AgentSampler(BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if self.suggester is None or _is_enqueued(trial):
             return self.fallback.sample_relative(study, trial, search_space)
-        reason = "the suggester returned nothing"
-        suggestion = None
         try:
             # The trial being proposed is RUNNING with no params yet: leave it out.
-            others = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
-            suggestion = self.suggester(self.space, History.from_trials(others))
+            suggestion = self.suggester(self.space, History.from_study(study, exclude=trial.number))
         except SuggestionFailed as e:
-            reason = str(e)
+            record = {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: str(e)}
+            _set_attrs(study, trial, {**record, **e.meta})
+            return self._fallback_relative(study, trial)
         if suggestion is None:
-            _set_attrs(study, trial, {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: reason})
-            fallback_space = self.fallback.infer_relative_search_space(study, trial)
-            return self.fallback.sample_relative(study, trial, fallback_space)
+            _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
+            return self._fallback_relative(study, trial)
         record = {attrs.PROPOSER: suggestion.proposer, **suggestion.meta}
         if suggestion.rationale:
             record[attrs.RATIONALE] = suggestion.rationale
+        if suggestion.notes:
+            record[attrs.NOTES_UPDATE] = suggestion.notes
+            study.set_user_attr(attrs.NOTES, {"text": suggestion.notes, "trial": trial.number})
         _set_attrs(study, trial, record)
         return dict(suggestion.params)
+
+    def _fallback_relative(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
+        fallback_space = self.fallback.infer_relative_search_space(study, trial)
+        return self.fallback.sample_relative(study, trial, fallback_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:

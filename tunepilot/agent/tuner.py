@@ -21,7 +21,8 @@ from tunepilot.agent.display import Display
 from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
 from tunepilot.errors import ConfigError, TrialFailed, did_you_mean
 from tunepilot.config import TuneConfig
-from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, redact
+from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, open_study, redact
+from tunepilot.memory.lookup import warm_start
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer, TrainResult, check_finite
 from tunepilot.trainers.ctr_config import check_ctr_keys
@@ -73,6 +74,7 @@ class Tuner:
         seed: int | None = 0,
         settings: Mapping[str, Any] | None = None,
         display: Display | None = None,
+        warm_start: bool = True,
     ):
         if not space.params:
             raise ConfigError(
@@ -89,15 +91,14 @@ class Tuner:
         self.seed = seed
         self.settings = dict(settings or {})
         self.display = display or Display()
+        self.warm_start = warm_start
         self._study: optuna.Study | None = None
 
     @property
     def study(self) -> optuna.Study:
         """The Optuna study, created on first use or resumed if it exists."""
         if self._study is None:
-            study = optuna.create_study(storage=self.storage, study_name=self.study_name,
-                                        direction="minimize", pruner=self.pruner,
-                                        load_if_exists=True)
+            study = open_study(self.storage, self.study_name, pruner=self.pruner)
             # Offset the seed by the trials already run, so a resumed search does not replay
             # the same random proposals.
             done = len(study.get_trials(deepcopy=False))
@@ -106,12 +107,35 @@ class Tuner:
                         else self.sampler)
             study.sampler = AgentSampler(self.space, self.suggester, fallback)
             if self.settings:
+                if done == 0 and self.warm_start:
+                    self._warm_start(study)
                 study.set_user_attr(attrs.SETTINGS, self.settings)
             self._study = study
         return self._study
 
     def history(self) -> History:
         return History.from_study(self.study)
+
+    def hint(self, text: str) -> None:
+        """Tells the agent something; it sees the hint in every prompt from the next trial on."""
+        hints = list(self.study.user_attrs.get(attrs.HINTS) or [])
+        hints.append({"text": str(text), "after_trial": len(self.study.trials)})
+        self.study.set_user_attr(attrs.HINTS, hints)
+
+    def _warm_start(self, study: optuna.Study) -> None:
+        """A new study starts from the best configs and notes of a finished one like it."""
+        found = warm_start(self.storage, self.study_name, self.settings)
+        if found is None:
+            return
+        study.set_user_attr(attrs.WARM_START, {k: v for k, v in found.items()
+                                               if k != "best_params"})
+        config = {k: v for k, v in found["best_params"].items() if k in self.space.params}
+        if set(config) == set(self.space.params):
+            try:
+                study.enqueue_trial(self.space.snap(config), user_attrs={
+                    attrs.PROPOSER: "enqueued", "warm_start_from": found["study"]})
+            except ValueError:
+                pass  # the old best lies outside the new bounds: the prompt still shows it
 
     def run(self, n_trials: int = 20, *, target: float | None = None,
             timeout: float | None = None) -> TuneResult:
@@ -286,11 +310,6 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
     """
     from tunepilot import trainers
 
-    if cfg.strategy != "optuna":
-        raise ConfigError(
-            f"Strategy {cfg.strategy!r} needs the LLM agent, which this version of tunepilot does "
-            "not have yet. Use --strategy optuna (the default)."
-        )
     notes: list[str] = []
     space = SearchSpace.of(cfg.space)
     if cfg.trainer in trainers.BUILTIN:
@@ -305,14 +324,57 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
     space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
     if cfg.trainer in trainers.BUILTIN:
         check_ctr_keys(set(space.params) | set(space.fixed))
-    notes.append(
-        f"strategy: optuna ({cfg.sampler} sampler, seed {cfg.seed}); no LLM agent in this "
-        "version yet, so Optuna proposes every trial"
-    )
+    suggester, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg, notes))
+    notes.append(strategy_note)
     notes.append("search space:\n" + space.describe())
     settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
     settings["config"]["storage"] = redact(cfg.storage)
     tuner = Tuner(trainer, space, storage=cfg.storage, study=cfg.study_name(),
-                  sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
+                  suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
                   display=display)
     return tuner, notes
+
+
+def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
+    """The suggester for `cfg.strategy`, and a line saying what was chosen and why."""
+    from tunepilot.agent.llm import LLMSettings, choose
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.agent.suggest import alternate
+
+    optuna_line = f"{cfg.sampler} sampler, seed {cfg.seed}"
+    if cfg.strategy == "optuna":
+        return None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
+    choice = choose(LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature,
+                                cfg.llm_max_tokens, cfg.llm_timeout, cfg.llm_prices))
+    if choice.model is None:
+        if cfg.strategy != "auto":
+            raise ConfigError(
+                f"Strategy {cfg.strategy!r} needs an LLM, but {choice.reason}. Pass --llm "
+                "openai:MODEL (with OPENAI_API_KEY set, or --llm-base-url URL of an "
+                "OpenAI-compatible server), or use --strategy optuna."
+            )
+        return None, f"strategy: optuna ({optuna_line}); {choice.reason}"
+    strategy = "hybrid" if cfg.strategy == "auto" else cfg.strategy
+    llm = LLMSuggester(choice.model, model_name=choice.name, task=task, n_trials=cfg.n_trials,
+                       target=cfg.target, attempts=cfg.llm_attempts, prices=cfg.llm_prices)
+    where = f" at {redact(cfg.llm_base_url)}" if cfg.llm_base_url else ""
+    if strategy == "llm":
+        return llm, (f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} "
+                     f"if it fails); {choice.reason}")
+    return alternate(llm), (f"strategy: hybrid ({choice.name}{where} proposes the first 3 "
+                            f"trials, then every other one; Optuna's {optuna_line} the rest); "
+                            f"{choice.reason}")
+
+
+def _task_description(cfg: TuneConfig, notes: list[str]) -> str:
+    from tunepilot import trainers
+
+    if cfg.trainer in trainers.BUILTIN:
+        data = next((n.removeprefix("data: ") for n in notes if n.startswith("data: ")), cfg.data)
+        backend = "PyTorch Lightning" if cfg.trainer == "lightning" else "JAX/Flax/Optax"
+        return (f"Train a click-through-rate model (one embedding per categorical field, "
+                f"concatenated with the dense features, an MLP with ReLU and dropout, one logit; "
+                f"Adam; binary cross-entropy) with {backend} on {data}. Each trial trains "
+                f"{cfg.epochs} epochs and scores its best epoch's validation log-loss.")
+    return (f"Train the user's model {cfg.trainer!r}; each trial reports its validation loss "
+            "after every epoch.")

@@ -17,6 +17,12 @@ TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finis
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 PROPOSERS: tuple[str, ...] = ("llm", "fallback", "optuna", "enqueued", "human")
 
+NOTES_UPDATE = "notes"  # notes the agent wrote when proposing this trial
+LLM = "llm"  # {"model", "tokens_in", "tokens_out", "cost_usd", "latency_s", "attempts", "errors"}
+
 # Per study.
 SETTINGS = "tunepilot:settings"  # the run's config (no secrets) so `tune worker` / resume reuse it
 STOP = "tunepilot:stop"  # set by the worker that reached the target; every worker stops on it
+NOTES = "tunepilot:notes"  # {"text", "trial"}: the agent's current notes
+HINTS = "tunepilot:hints"  # [{"text", "after_trial"}]: what the person told the agent
+WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

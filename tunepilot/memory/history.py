@@ -63,10 +63,20 @@ class History(Sequence[TrialRecord]):
     """
 
     trials: tuple[TrialRecord, ...] = ()
+    notes: str = ""  # the agent's notes so far
+    hints: tuple[str, ...] = ()  # what the person told the agent, oldest first
+    warm_start: Mapping[str, Any] = field(default_factory=dict)  # from a finished study
 
     @classmethod
-    def from_study(cls, study: optuna.Study) -> History:
-        return cls.from_trials(study.get_trials(deepcopy=False))
+    def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
+        """The study's trials (all but trial number `exclude`) and its notes and hints."""
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude]
+        user_attrs = study.user_attrs
+        notes = user_attrs.get(attrs.NOTES) or {}
+        hints = tuple(h["text"] for h in user_attrs.get(attrs.HINTS) or [])
+        return cls(tuple(TrialRecord.from_frozen(t) for t in sorted(trials, key=_number)),
+                   notes=notes.get("text", ""), hints=hints,
+                   warm_start=user_attrs.get(attrs.WARM_START) or {})
 
     @classmethod
     def from_trials(cls, trials: Sequence[FrozenTrial]) -> History:

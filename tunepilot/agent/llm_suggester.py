@@ -1,0 +1,311 @@
+"""The LLM suggester: prompt from the history, structured answer, validation, retries.
+
+One trial's proposal:
+1. Render the system and per-trial prompts (task, space, compact history, notes, hints).
+2. Ask the chat model for JSON matching the space's schema (the provider's JSON-schema mode
+   where it has one; a tolerant extraction of the first JSON object otherwise).
+3. Validate and snap the config into the space; refuse repeats of tried or running configs.
+   An invalid answer is retried with the error shown to the model.
+4. Transport errors (timeouts, 429 with Retry-After, 5xx, connection refused) are retried
+   with backoff by tenacity.
+After the last failed attempt `SuggestionFailed` hands the trial to the fallback sampler; the
+attempts, errors, tokens, cost and latency are recorded on the trial either way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import tenacity
+
+from tunepilot.agent.llm import cost_usd
+from tunepilot.agent.suggest import Suggestion, SuggestionFailed
+from tunepilot.memory import History
+from tunepilot.memory.compact import compact, trial_line
+from tunepilot.prompts import render
+from tunepilot.space import Categorical, Float, SearchSpace
+
+if TYPE_CHECKING:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import BaseMessage
+
+
+class TransportError(Exception):
+    """The model could not be reached or did not answer in time (after retries)."""
+
+
+class LLMSuggester:
+    """Proposes configs with a langchain chat model.
+
+    Example:
+        >>> from langchain_openai import ChatOpenAI
+        >>> llm = LLMSuggester(ChatOpenAI(model="gpt-4o-mini"), model_name="gpt-4o-mini",
+        ...                    task="Train a CNN on CIFAR-10", n_trials=30)  # doctest: +SKIP
+    """
+
+    def __init__(self, model: BaseChatModel, *, model_name: str, task: str, n_trials: int,
+                 metric: str = "validation loss", target: float | None = None,
+                 attempts: int = 3, transport_attempts: int = 4, max_wait_s: float = 30.0,
+                 prices: Mapping[str, tuple[float, float]] | None = None,
+                 structured: bool = True):
+        self.model = model
+        self.model_name = model_name
+        self.task = task
+        self.n_trials = n_trials
+        self.metric = metric
+        self.target = target
+        self.attempts = attempts
+        self.transport_attempts = transport_attempts
+        self.max_wait_s = max_wait_s
+        self.prices = prices
+        self.structured = structured
+        self._runnables: dict[str, Any] = {}
+
+    def __call__(self, space: SearchSpace, history: History) -> Suggestion:
+        from langchain_core.messages import HumanMessage, SystemMessage
+
+        start = time.perf_counter()
+        meta: dict[str, Any] = {"model": self.model_name, "tokens_in": 0, "tokens_out": 0,
+                                "attempts": 0, "errors": []}
+        feedback = None
+        system = render("system.j2", metric=self.metric)
+        for _ in range(self.attempts):
+            meta["attempts"] += 1
+            prompt = self.prompt(space, history, feedback)
+            try:
+                message = self._invoke(space, [SystemMessage(system), HumanMessage(prompt)], meta)
+            except TransportError as e:
+                meta["errors"].append(str(e))
+                raise SuggestionFailed(f"LLM unreachable: {e}", self._close(meta, start)) from None
+            try:
+                answer = parse_answer(message)
+                config = space.snap(answer["config"])
+                _check_new(config, space, history)
+            except ValueError as e:
+                feedback = str(e)
+                meta["errors"].append(f"invalid answer: {feedback}"[:300])
+                continue
+            return Suggestion(config, "llm", rationale=_one_line(answer.get("rationale")),
+                              notes=_notes(answer.get("notes")), meta=self._close(meta, start))
+        raise SuggestionFailed(f"no valid answer in {self.attempts} attempts; last: "
+                               f"{feedback}"[:500], self._close(meta, start))
+
+    def prompt(self, space: SearchSpace, history: History, feedback: str | None = None) -> str:
+        """The per-trial prompt (also used by bench/agent.py to measure its size)."""
+        params = list(space.params)
+        warm = history.warm_start
+        return render(
+            "trial.j2",
+            task=self.task,
+            metric=self.metric,
+            target=self.target,
+            trial_number=len(history) + 1,
+            n_trials=self.n_trials,
+            space=[(name, p.describe()) for name, p in space.params.items()],
+            fixed=", ".join(f"{k}={v}" for k, v in space.fixed.items()),
+            history=compact(history, params),
+            warm_start=warm or None,
+            notes=history.notes,
+            hints=list(history.hints),
+            feedback=feedback,
+        )
+
+    def _invoke(self, space: SearchSpace, messages: list[BaseMessage],
+                meta: dict[str, Any]) -> BaseMessage:
+        runnable = self._runnable(space)
+
+        def on_retry(state: tenacity.RetryCallState) -> None:
+            meta["errors"].append(_describe(state.outcome.exception()))
+
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(is_transient),
+            stop=tenacity.stop_after_attempt(self.transport_attempts),
+            wait=_wait(self.max_wait_s),
+            before_sleep=on_retry,
+            reraise=True,
+        )
+        try:
+            result = retrying(runnable.invoke, messages)
+        except Exception as e:
+            if is_transient(e) or _is_client_error(e):
+                raise TransportError(_describe(e)) from e
+            raise
+        message = result["raw"] if isinstance(result, dict) else result
+        usage = getattr(message, "usage_metadata", None) or {}
+        meta["tokens_in"] += int(usage.get("input_tokens", 0))
+        meta["tokens_out"] += int(usage.get("output_tokens", 0))
+        return message
+
+    def _runnable(self, space: SearchSpace) -> Any:
+        key = space.model_dump_json()
+        if key not in self._runnables:
+            runnable: Any = self.model
+            if self.structured:
+                try:
+                    runnable = self.model.with_structured_output(
+                        answer_schema(space), method="json_schema", include_raw=True)
+                except (NotImplementedError, TypeError, ValueError):
+                    runnable = self.model  # no JSON-schema mode: tolerant extraction
+            self._runnables[key] = runnable
+        return self._runnables[key]
+
+    def _close(self, meta: dict[str, Any], start: float) -> dict[str, Any]:
+        meta["latency_s"] = round(time.perf_counter() - start, 3)
+        meta["cost_usd"] = cost_usd(self.model_name, meta["tokens_in"], meta["tokens_out"],
+                                    self.prices)
+        return {"llm": meta}
+
+
+def answer_schema(space: SearchSpace) -> dict[str, Any]:
+    """The JSON schema of an answer: the config (one property per parameter) and a rationale."""
+    properties: dict[str, Any] = {}
+    for name, p in space.params.items():
+        if isinstance(p, Categorical):
+            properties[name] = {"enum": list(p.choices), "description": p.describe()}
+        else:
+            kind = "number" if isinstance(p, Float) else "integer"
+            properties[name] = {"type": kind, "minimum": p.low, "maximum": p.high,
+                                "description": p.describe()}
+    return {
+        "title": "Suggestion",
+        "description": "The next configuration to train, and why.",
+        "type": "object",
+        "properties": {
+            "config": {"type": "object", "properties": properties,
+                       "required": list(properties), "additionalProperties": False},
+            # A pattern keeps grammar-constrained local models from emitting raw newlines.
+            "rationale": {"type": "string", "maxLength": 300, "pattern": "^[^\\n]*$"},
+            "notes": {"type": "string", "maxLength": 600},
+        },
+        "required": ["config", "rationale"],
+        "additionalProperties": False,
+    }
+
+
+def parse_answer(message: Any) -> dict[str, Any]:
+    """The answer as a dict: the structured parse when there is one, else the first JSON
+    object in the text (inside ```json fences or not). Raises ValueError with what was wrong."""
+    if isinstance(message, dict) and message.get("parsed") is not None:
+        parsed = message["parsed"]
+    else:
+        text = _text(message)
+        parsed = _first_json_object(text)
+        if parsed is None:
+            raise ValueError(f"the answer is not a JSON object: {text[:200]!r}")
+    if not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
+        raise ValueError('the answer must be {"config": {...}, "rationale": "..."}, found '
+                         f"{json.dumps(parsed)[:200]}")
+    return parsed
+
+
+def _text(message: Any) -> str:
+    content = getattr(message, "content", message)
+    if isinstance(content, list):  # content blocks
+        content = "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+    return str(content)
+
+
+def _first_json_object(text: str) -> Any:
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) -> None:
+    for t in history:
+        if t.params and _same(config, t.params):
+            state = "is running now" if t.state == "running" else f"was tried as trial #{t.number}"
+            raise ValueError(f"this configuration {state} ({trial_line(t, list(space.params))}); "
+                             "propose a different one")
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if isinstance(v, float) and isinstance(w, (int, float)) and not isinstance(w, bool):
+            if not math.isclose(v, w, rel_tol=1e-6, abs_tol=1e-12):
+                return False
+        elif v != w:
+            return False
+    return True
+
+
+def is_transient(e: BaseException | None) -> bool:
+    """Worth retrying: timeouts, dropped connections, 429 and 5xx."""
+    import httpx
+    import openai
+
+    if isinstance(e, (openai.APIConnectionError, openai.RateLimitError,
+                      openai.InternalServerError, httpx.TransportError, TimeoutError,
+                      ConnectionError)):
+        return True
+    status = getattr(e, "status_code", None)
+    return isinstance(status, int) and (status == 429 or status >= 500)
+
+
+def _is_client_error(e: BaseException) -> bool:
+    import openai
+
+    return isinstance(e, openai.APIStatusError)  # 400, 401, 404...: the next trial tries again
+
+
+def retry_after(e: BaseException | None) -> float | None:
+    response = getattr(e, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            return float(value) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to exponential backoff
+
+
+def _wait(max_wait_s: float) -> Any:
+    backoff = tenacity.wait_exponential_jitter(initial=0.5, max=max_wait_s)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        seconds = retry_after(state.outcome.exception() if state.outcome else None)
+        return min(seconds, max_wait_s) if seconds is not None else backoff(state)
+
+    return wait
+
+
+def _describe(e: BaseException | None) -> str:
+    if e is None:
+        return "unknown error"
+    status = getattr(e, "status_code", None)
+    text = str(e).strip().splitlines()
+    first = text[0][:200] if text else ""
+    return f"{type(e).__name__}{f' {status}' if status else ''}: {first}"
+
+
+def _one_line(text: Any) -> str | None:
+    if not text:
+        return None
+    return " ".join(str(text).split())[:300]
+
+
+def _notes(text: Any) -> str | None:
+    if not text or not str(text).strip():
+        return None
+    return str(text).strip()[:600]

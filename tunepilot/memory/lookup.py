@@ -1,0 +1,50 @@
+"""Warm starts: the best configs and notes of finished studies of the same task and space.
+
+Two studies match when their stored settings name the same trainer and data and their search
+spaces have the same parameters of the same types (bounds may differ).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.memory import attrs
+from tunepilot.memory.compact import trial_line
+from tunepilot.memory.history import History
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def _signature(settings: Any) -> tuple | None:
+    if not isinstance(settings, dict):
+        return None
+    config, space = settings.get("config") or {}, settings.get("space") or {}
+    params = space.get("params") or {}
+    return (config.get("trainer"), config.get("data"),
+            tuple(sorted((name, p.get("type")) for name, p in params.items())))
+
+
+def warm_start(storage: optuna.storages.BaseStorage, study_name: str,
+               settings: dict[str, Any], k: int = 3) -> dict[str, Any] | None:
+    """From the most recent matching study with a complete trial: its best `k` configs (as
+    prompt lines), the best one's params, and its notes. None when no study matches."""
+    import optuna
+
+    mine = _signature(settings)
+    summaries = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=True)
+                 if s.study_name != study_name and s.best_trial is not None
+                 and _signature(s.user_attrs.get(attrs.SETTINGS)) == mine]
+    if mine is None or not summaries:
+        return None
+    latest = max(summaries, key=lambda s: s._study_id)
+    study = optuna.load_study(study_name=latest.study_name, storage=storage)
+    history = History.from_study(study)
+    params = list((settings.get("space") or {}).get("params") or {})
+    best = history.best(k)
+    return {
+        "study": latest.study_name,
+        "configs": [trial_line(t, params) for t in best],
+        "best_params": dict(best[0].params),
+        "notes": history.notes,
+    }
