@@ -15,7 +15,6 @@ attempts, errors, tokens, cost and latency are recorded on the trial either way.
 from __future__ import annotations
 
 import json
-import math
 import re
 import time
 from collections.abc import Mapping
@@ -25,7 +24,7 @@ import tenacity
 
 from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Suggestion, SuggestionFailed
-from tunepilot.memory import History
+from tunepilot.memory import History, TrialRecord
 from tunepilot.memory.compact import compact, trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
@@ -132,9 +131,9 @@ class LLMSuggester:
         try:
             result = retrying(runnable.invoke, messages)
         except Exception as e:
-            if is_transient(e) or _is_client_error(e):
-                raise TransportError(_describe(e)) from e
-            raise
+            # Whatever the provider's client raised (400, 401, a proxy's error page...), the
+            # search goes on: the trial falls back, and the next one asks the model again.
+            raise TransportError(_describe(e)) from e
         message = result["raw"] if isinstance(result, dict) else result
         usage = getattr(message, "usage_metadata", None) or {}
         meta["tokens_in"] += int(usage.get("input_tokens", 0))
@@ -223,24 +222,13 @@ def _first_json_object(text: str) -> Any:
 
 
 def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) -> None:
+    key = TrialRecord(-1, "", config, None).key
     for t in history:
-        if t.params and _same(config, t.params):
+        if t.params and t.key == key:
             state = "is running now" if t.state == "running" else f"was tried as trial #{t.number}"
             raise ValueError(f"this configuration {state} ({trial_line(t, list(space.params))}); "
                              "propose a different one")
 
-
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for k, v in a.items():
-        w = b[k]
-        if isinstance(v, float) and isinstance(w, (int, float)) and not isinstance(w, bool):
-            if not math.isclose(v, w, rel_tol=1e-6, abs_tol=1e-12):
-                return False
-        elif v != w:
-            return False
-    return True
 
 
 def is_transient(e: BaseException | None) -> bool:
@@ -249,17 +237,12 @@ def is_transient(e: BaseException | None) -> bool:
     import openai
 
     if isinstance(e, (openai.APIConnectionError, openai.RateLimitError,
-                      openai.InternalServerError, httpx.TransportError, TimeoutError,
-                      ConnectionError)):
+                      openai.InternalServerError, openai.APIResponseValidationError,
+                      httpx.TransportError, TimeoutError, ConnectionError,
+                      json.JSONDecodeError)):  # a body that is not JSON: a proxy's error page
         return True
     status = getattr(e, "status_code", None)
     return isinstance(status, int) and (status == 429 or status >= 500)
-
-
-def _is_client_error(e: BaseException) -> bool:
-    import openai
-
-    return isinstance(e, openai.APIStatusError)  # 400, 401, 404...: the next trial tries again
 
 
 def retry_after(e: BaseException | None) -> float | None:
@@ -281,7 +264,7 @@ def retry_after(e: BaseException | None) -> float | None:
 
 
 def _wait(max_wait_s: float) -> Any:
-    backoff = tenacity.wait_exponential_jitter(initial=0.5, max=max_wait_s)
+    backoff = tenacity.wait_exponential_jitter(multiplier=0.5, max=max_wait_s, jitter=0.5)
 
     def wait(state: tenacity.RetryCallState) -> float:
         seconds = retry_after(state.outcome.exception() if state.outcome else None)

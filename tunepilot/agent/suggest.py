@@ -129,12 +129,14 @@ class AgentSampler(BaseSampler):
         if suggestion is None:
             _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
             return self._fallback_relative(study, trial)
-        record = {attrs.PROPOSER: suggestion.proposer, **suggestion.meta}
+        # Two writes, not one per field: each is a round trip (and a commit) to the storage.
+        agent = dict(suggestion.meta.get(attrs.LLM, {}))
         if suggestion.rationale:
-            record[attrs.RATIONALE] = suggestion.rationale
+            agent[attrs.RATIONALE] = suggestion.rationale
         if suggestion.notes:
-            record[attrs.NOTES_UPDATE] = suggestion.notes
+            agent[attrs.NOTES_UPDATE] = suggestion.notes
             study.set_user_attr(attrs.NOTES, {"text": suggestion.notes, "trial": trial.number})
+        record = {**suggestion.meta, attrs.PROPOSER: suggestion.proposer, attrs.LLM: agent}
         _set_attrs(study, trial, record)
         return dict(suggestion.params)
 

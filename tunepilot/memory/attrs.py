@@ -9,7 +9,6 @@ from typing import Literal
 
 # Per trial.
 PROPOSER = "proposer"  # who proposed the config, one of PROPOSERS
-RATIONALE = "rationale"  # the LLM's short reason for the config
 FALLBACK_REASON = "fallback_reason"  # why the suggester did not propose this trial
 ERROR = "error"  # {"kind": ..., "message": ...} for a FAIL trial
 TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finished trial
@@ -17,8 +16,11 @@ TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finis
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 PROPOSERS: tuple[str, ...] = ("llm", "fallback", "optuna", "enqueued", "human")
 
-NOTES_UPDATE = "notes"  # notes the agent wrote when proposing this trial
-LLM = "llm"  # {"model", "tokens_in", "tokens_out", "cost_usd", "latency_s", "attempts", "errors"}
+# What the LLM said and cost: {"model", "tokens_in", "tokens_out", "cost_usd", "latency_s",
+# "attempts", "errors", "rationale", "notes"}.
+LLM = "llm"
+RATIONALE = "rationale"  # in LLM: its one-sentence reason for the config
+NOTES_UPDATE = "notes"  # in LLM: the notes it wrote when proposing this trial
 
 # Per study.
 SETTINGS = "tunepilot:settings"  # the run's config (no secrets) so `tune worker` / resume reuse it

@@ -5,6 +5,7 @@ Built from Optuna's frozen trials in one pass; nothing here writes to the storag
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from tunepilot.memory import attrs
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
+
+
+_FINISHED: dict[tuple[Any, ...], TrialRecord] = {}
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,29 @@ class TrialRecord:
     error: Mapping[str, str] | None = None  # {"kind", "message"} of a failed trial
     user_attrs: Mapping[str, Any] = field(default_factory=dict)
 
+    @functools.cached_property
+    def key(self) -> tuple[Any, ...]:
+        """The config as a comparable key; floats equal to 6 significant digits are equal (an
+        LLM copies printed values)."""
+        return tuple(sorted((k, f"{v:.6g}" if isinstance(v, float) else repr(v))
+                            for k, v in self.params.items()))
+
     @classmethod
     def from_frozen(cls, t: FrozenTrial) -> TrialRecord:
+        """The record of `t`; finished trials never change, so theirs are built once."""
+        key = (t._trial_id, t.number, t.datetime_start)
+        cached = _FINISHED.get(key)
+        if cached is not None:
+            return cached
+        record = cls._build(t)
+        if t.state.is_finished():
+            if len(_FINISHED) > 200_000:  # many studies in one process: start over
+                _FINISHED.clear()
+            _FINISHED[key] = record
+        return record
+
+    @classmethod
+    def _build(cls, t: FrozenTrial) -> TrialRecord:
         curve = tuple(v for _, v in sorted(t.intermediate_values.items()))
         duration = t.duration.total_seconds() if t.duration is not None else None
         error = t.user_attrs.get(attrs.ERROR)
@@ -47,7 +72,7 @@ class TrialRecord:
             curve=curve,
             duration_s=duration,
             proposer=t.user_attrs.get(attrs.PROPOSER),
-            rationale=t.user_attrs.get(attrs.RATIONALE),
+            rationale=(t.user_attrs.get(attrs.LLM) or {}).get(attrs.RATIONALE),
             error=error,
             user_attrs=dict(t.user_attrs),
         )

@@ -21,6 +21,8 @@ def _signature(settings: Any) -> tuple | None:
         return None
     config, space = settings.get("config") or {}, settings.get("space") or {}
     params = space.get("params") or {}
+    if not config.get("trainer") or not params:
+        return None  # nothing to match on
     return (config.get("trainer"), config.get("data"),
             tuple(sorted((name, p.get("type")) for name, p in params.items())))
 

@@ -1,0 +1,116 @@
+"""The LLM agent's own cost per trial, apart from the model: prompt size and overhead.
+
+For a study of 10, 100 and 1,000 finished trials (on SQLite, as a real run keeps them), prints
+the per-trial prompt's size in characters and tokens (tiktoken's cl100k_base; ~4 characters per
+token when tiktoken is missing), and the time the agent adds to a trial: reading the history
+from the storage, building the prompt, validating and snapping the answer, and writing the
+trial's records. The model itself is a fake that answers at once, so its latency is excluded.
+
+    python bench/agent.py
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import optuna  # noqa: E402
+from langchain_core.language_models.fake_chat_models import FakeListChatModel  # noqa: E402
+
+from tunepilot import Categorical, Float, SearchSpace  # noqa: E402
+from tunepilot.agent.llm_suggester import LLMSuggester  # noqa: E402
+from tunepilot.agent.suggest import AgentSampler, optuna_sampler  # noqa: E402
+from tunepilot.memory import History, open_study  # noqa: E402
+
+SPACE = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True),
+                       batch_size=Categorical([256, 512, 1024, 2048, 4096]),
+                       precision=Categorical(["32-true", "bf16-mixed"]), dropout=Float(0.0, 0.5),
+                       epochs=3)
+
+
+def tokens(text: str) -> tuple[int, str]:
+    try:
+        import tiktoken
+
+        return len(tiktoken.get_encoding("cl100k_base").encode(text)), "tiktoken cl100k_base"
+    except Exception:
+        return len(text) // 4, "characters / 4"
+
+
+def fill(study: optuna.Study, n: int) -> None:
+    """Adds trials with 3-epoch curves, some pruned and failed, until the study holds n."""
+    rng = optuna.samplers.RandomSampler(seed=len(study.trials))
+    study.sampler = rng
+    while len(study.trials) < n:
+        trial = study.ask()
+        config = {name: p.suggest(trial, name) for name, p in SPACE.params.items()}
+        loss = 0.4 + abs(config["dropout"] - 0.2) + abs(config["lr"] - 3e-3) * 10
+        for epoch in (1, 2, 3):
+            trial.report(loss + 0.1 / epoch, epoch)
+        number = trial.number
+        if number % 10 == 7:
+            trial.set_user_attr("error", {"kind": "diverged", "message": "loss is nan at epoch 2"})
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        elif number % 5 == 3:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, loss)
+
+
+def main() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # A new config each time: a repeat would be refused and measure the fallback path instead.
+    answers = [json.dumps({"config": {"lr": 1e-4 * (1 + i / 50), "batch_size": 512,
+                                      "precision": "32-true", "dropout": 0.137},
+                           "rationale": "near the best"}) for i in range(50)]
+    llm = LLMSuggester(FakeListChatModel(responses=answers), model_name="fake", task=(
+        "Train a click-through-rate model with PyTorch Lightning on synthetic data"),
+        n_trials=2000, structured=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        study = open_study(f"sqlite:///{tmp}/bench.db", "bench")
+        print(f"{'trials':>7} {'prompt chars':>13} {'prompt tokens':>14} {'agent ms':>9} "
+              f"{'history read ms':>16} {'whole ask ms':>13}")
+        for n in (10, 100, 1000):
+            fill(study, n)
+            prompt = llm.prompt(SPACE, History.from_study(study))
+            n_tokens, how = tokens(prompt)
+            sampler = AgentSampler(SPACE, llm, optuna_sampler("tpe", 0))
+            agent_times: list[float] = []
+            sample_relative = sampler.sample_relative
+
+            def timed(*args, _inner=sample_relative, _out=agent_times):
+                t0 = time.perf_counter()
+                result = _inner(*args)
+                _out.append(time.perf_counter() - t0)
+                return result
+
+            sampler.sample_relative = timed
+            study.sampler = sampler
+            totals, reads = [], []
+            for _ in range(7):
+                t0 = time.perf_counter()
+                History.from_study(study)
+                reads.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                trial = study.ask()  # AgentSampler: history, prompt, (fake) model, validation,
+                for name, p in SPACE.params.items():  # records written to the storage
+                    p.suggest(trial, name)
+                totals.append(time.perf_counter() - t0)
+                assert study._storage.get_trial_user_attrs(trial._trial_id)["proposer"] == "llm"
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            print(f"{n:>7} {len(prompt):>13,} {n_tokens:>14,} "
+                  f"{1e3 * statistics.median(agent_times):>9.1f} "
+                  f"{1e3 * statistics.median(reads):>16.1f} {1e3 * statistics.median(totals):>13.1f}")
+        print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, prompt, "
+              "the fake model's instant answer, validation, and its two record writes; whole ask: "
+              "plus Optuna creating the trial and storing each parameter. Medians of 7 trials.)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""The LLM suggester: fake chat models for the loop logic, a real HTTP server for the rest."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import time
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_openai import ChatOpenAI
+
+from tests.conftest import quadratic, run_tune
+from tests.llm_server import ScriptedLLMServer
+from tunepilot import Categorical, Float, SearchSpace, Tuner, load_config, trainers
+from tunepilot.agent.llm_suggester import LLMSuggester, answer_schema
+from tunepilot.agent.tuner import from_config
+from tunepilot.memory import History, attrs, load_study
+
+SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
+
+
+def answer(x, opt="adam", rationale="because", notes=None):
+    body = {"config": {"x": x, "opt": opt}, "rationale": rationale}
+    if notes:
+        body["notes"] = notes
+    return json.dumps(body)
+
+
+def suggester(model, **kw):
+    return LLMSuggester(model, model_name=kw.pop("model_name", "gpt-4o-mini"), task="toy task",
+                        n_trials=10, **kw)
+
+
+def tuner(storage, llm, name="toy"):
+    return Tuner(trainers.callable(quadratic), SPACE, storage=storage, study=name,
+                 suggester=llm, pruner="none")
+
+
+# --- loop logic, with langchain's fake chat model -------------------------------------------
+
+def test_valid_answer_becomes_the_trial_with_rationale_and_notes(storage):
+    fake = FakeListChatModel(responses=[
+        "Here you go:\n```json\n" + answer(1.0, notes="x near 2 looks good") + "\n```",
+        answer(2.5, "sgd"),
+    ])
+    result = tuner(storage, suggester(fake, structured=False)).run(n_trials=2)
+    first, second = result.history
+    assert first.params == {"x": 1.0, "opt": "adam"} and first.proposer == "llm"
+    assert first.rationale == "because"
+    assert first.user_attrs["llm"]["notes"] == "x near 2 looks good"
+    assert second.params == {"x": 2.5, "opt": "sgd"}
+    assert History.from_study(load_study(storage, "toy")).notes == "x near 2 looks good"
+
+
+def test_invalid_then_valid_answer_shows_the_error_to_the_model():
+    fake = FakeListChatModel(responses=[answer(50.0), answer(3.0)])
+    llm = suggester(fake, structured=False)
+    seen = []
+    original = llm.prompt
+
+    def spy(space, history, feedback=None):
+        seen.append(feedback)
+        return original(space, history, feedback)
+
+    llm.prompt = spy
+    suggestion = llm(SPACE, History())
+    assert suggestion.params == {"x": 3.0, "opt": "adam"}
+    assert seen == [None, "'x': 50 is outside [-10, 10]"]
+    assert suggestion.meta["llm"]["attempts"] == 2
+
+
+def test_repeats_and_garbage_fall_back_to_optuna_with_the_cause(storage):
+    fake = FakeListChatModel(responses=[answer(1.0)] + [answer(1.0)] * 3 + ["no idea"] * 3)
+    result = tuner(storage, suggester(fake, structured=False)).run(n_trials=3)
+    first, second, third = result.history
+    assert first.proposer == "llm"
+    assert second.proposer == "fallback"
+    assert "was tried as trial #0" in second.user_attrs[attrs.FALLBACK_REASON]
+    assert third.proposer == "fallback"
+    assert "not a JSON object" in third.user_attrs[attrs.FALLBACK_REASON]
+    assert third.user_attrs["llm"]["attempts"] == 3
+
+
+def test_prompt_carries_history_notes_hints_and_running_trials(storage):
+    fake = FakeListChatModel(responses=[answer(x) for x in (1.0, 2.0, 3.0)])
+    llm = suggester(fake, structured=False)
+    t = tuner(storage, llm)
+    t.run(n_trials=2)
+    t.hint("opt=sgd was unstable last time")
+    running = t.study.ask()
+    running.suggest_float("x", -10, 10)
+    running.suggest_categorical("opt", ["adam", "sgd"])
+    prompt = llm.prompt(SPACE, History.from_study(t.study))
+    assert "opt=sgd was unstable last time" in prompt
+    assert "Best so far:" in prompt and "#0 [llm] x=1 opt=adam -> 1.0000" in prompt
+    assert f"#{running.number} x=" in prompt.split("Running now")[1]
+    assert "Trial 4 of a budget of 10" in prompt
+
+
+def test_prompt_size_is_bounded_however_long_the_history(storage):
+    import optuna
+
+    llm = suggester(FakeListChatModel(responses=["{}"]), structured=False)
+    study = optuna.create_study()
+    sizes = {}
+    for n in (10, 100, 1000):
+        while len(study.trials) < n:
+            study.optimize(lambda tr: (tr.suggest_float("x", -10, 10) - 2) ** 2
+                           + 0 * len(tr.suggest_categorical("opt", ["adam", "sgd"])),
+                           n_trials=n - len(study.trials))
+        sizes[n] = len(llm.prompt(SPACE, History.from_study(study)))
+    assert sizes[1000] < sizes[10] * 1.5, sizes
+
+
+def test_schema_lists_bounds_and_choices():
+    schema = answer_schema(SPACE)["properties"]["config"]
+    assert schema["properties"]["x"] == {"type": "number", "minimum": -10.0, "maximum": 10.0,
+                                         "description": "float in [-10, 10] (linear)"}
+    assert schema["properties"]["opt"]["enum"] == ["adam", "sgd"]
+
+
+# --- a real OpenAI-compatible server on loopback ---------------------------------------------
+
+def openai_model(url, timeout=5.0):
+    return ChatOpenAI(model="gpt-4o-mini", base_url=url, api_key="not-needed", max_retries=0,
+                      timeout=timeout)
+
+
+def test_real_server_tokens_cost_and_structured_request():
+    with ScriptedLLMServer(lambda r: answer(1.5)) as server:
+        suggestion = suggester(openai_model(server.base_url))(SPACE, History())
+    assert suggestion.params == {"x": 1.5, "opt": "adam"}
+    llm = suggestion.meta["llm"]
+    assert llm["tokens_in"] > 100 and llm["tokens_out"] > 5
+    assert llm["cost_usd"] == pytest.approx((llm["tokens_in"] * 0.15 + llm["tokens_out"] * 0.6)
+                                            / 1e6)
+    request = server.requests[0]
+    assert request["response_format"]["type"] == "json_schema"
+    assert request["messages"][0]["role"] == "system"
+
+
+def test_429_is_retried_after_retry_after():
+    with ScriptedLLMServer(lambda r: answer(1.5)) as server:
+        server.enqueue(status=429, headers={"Retry-After": "1"})
+        start = time.monotonic()
+        suggestion = suggester(openai_model(server.base_url))(SPACE, History())
+        waited = time.monotonic() - start
+    assert suggestion.proposer == "llm"
+    assert waited >= 1.0
+    assert "429" in suggestion.meta["llm"]["errors"][0]
+
+
+@pytest.mark.parametrize("failure", ["5xx", "slow", "garbage body", "refused", "401"])
+def test_transport_failures_fall_back_and_the_search_goes_on(storage, failure):
+    with ScriptedLLMServer(lambda r: answer(1.5)) as server:
+        url = server.base_url
+        for _ in range(4):
+            if failure == "5xx":
+                server.enqueue(status=503)
+            elif failure == "slow":
+                server.enqueue(content=answer(1.5), delay=1.5)
+            elif failure == "garbage body":
+                server.enqueue(body="<html>bad gateway</html>")
+            elif failure == "401" and not server.script:  # not retried: one is enough
+                server.enqueue(status=401)
+        if failure == "refused":
+            with socket.socket() as s:  # a port nobody listens on
+                s.bind(("127.0.0.1", 0))
+                url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+        llm = suggester(openai_model(url, timeout=0.5), max_wait_s=0.2)
+        result = tuner(storage, llm).run(n_trials=2)
+    first, second = result.history
+    assert first.proposer == "fallback" and first.state == "complete"
+    assert first.user_attrs[attrs.FALLBACK_REASON].startswith("LLM unreachable")
+    assert first.user_attrs["llm"]["errors"]
+    if failure != "refused":  # the server is back for the second trial
+        assert second.proposer == "llm"
+
+
+def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
+    lrs = itertools.cycle([3e-3, 1e-3, 1e-2, 5e-4, 2e-3])
+
+    def responder(request):
+        return json.dumps({"config": {"lr": next(lrs), "batch_size": 512,
+                                      "precision": "32-true", "dropout": 0.1},
+                           "rationale": "moderate lr for Adam on CTR",
+                           "notes": "batch 512 is a safe default"})
+
+    with ScriptedLLMServer(responder) as server:
+        proc = run_tune("run", "--llm", "openai:gpt-4o-mini", "--llm-base-url", server.base_url,
+                        "--strategy", "llm", "--data", "synthetic:4000", "--epochs", "1",
+                        "--n-trials", "3", "--trainer", "jax", "--storage", "sqlite:///s.db",
+                        cwd=tmp_path, env={"OPENAI_API_KEY": "sk-secret-should-not-leak"})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "strategy: llm (gpt-4o-mini at http://127.0.0.1" in proc.stdout
+        show = run_tune("show", "--storage", "sqlite:///s.db", cwd=tmp_path)
+    assert show.stdout.count(" llm ") >= 3, show.stdout
+    study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
+    for trial in study.trials:
+        assert trial.user_attrs["proposer"] == "llm"
+        assert trial.user_attrs["llm"]["rationale"] == "moderate lr for Adam on CTR"
+        assert trial.user_attrs["llm"]["tokens_in"] > 0
+        assert trial.user_attrs["llm"]["cost_usd"] > 0
+    # The key reached the server as a header, and nothing else: not the study, not a prompt.
+    assert "sk-secret" not in (tmp_path / "s.db").read_bytes().decode("latin-1")
+    assert all("sk-secret" not in json.dumps(r) for r in server.requests)
+    assert "sk-secret" not in proc.stdout + proc.stderr
+
+
+def test_warm_start_from_a_finished_study_of_the_same_task(tmp_path, monkeypatch):
+    (tmp_path / "toy.py").write_text("def f(config, report):\n    return (config['x'] - 2) ** 2\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    space = {"x": {"type": "float", "low": -10.0, "high": 10.0}}
+    first_cfg = load_config(trainer="toy:f", storage=storage, study="first", space=space,
+                            strategy="optuna", n_trials=8)
+    first, _ = from_config(first_cfg)
+    result = first.run(8)
+    first.study.set_user_attr(attrs.NOTES, {"text": "x close to 2 wins", "trial": 7})
+
+    fake = FakeListChatModel(responses=[answer(0.5)] * 3)
+    second_cfg = first_cfg.model_copy(update={"study": "second"})
+    second, _ = from_config(second_cfg)
+    llm = suggester(fake, structured=False)
+    history = History.from_study(second.study)
+    assert history.warm_start["study"] == "first"
+    prompt = llm.prompt(SearchSpace.of(x=Float(-10.0, 10.0)), history)
+    assert "x close to 2 wins" in prompt and "From an earlier study" in prompt
+    run = second.run(1)
+    assert run.history[0].params["x"] == pytest.approx(result.best_params["x"])
+    assert run.history[0].user_attrs["warm_start_from"] == "first"
