@@ -197,6 +197,7 @@ def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
         assert "strategy: llm (gpt-4o-mini at http://127.0.0.1" in proc.stdout
         show = run_tune("show", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert show.stdout.count(" llm ") >= 3, show.stdout
+    assert "agent's notes:\nbatch 512 is a safe default" in show.stdout
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
     for trial in study.trials:
         assert trial.user_attrs["proposer"] == "llm"

@@ -181,7 +181,12 @@ def show(
         table.add_row(str(t.number), t.state, f"{value:.4f}" if value is not None else "-",
                       t.proposer or "?", f"{t.duration_s:.1f}s" if t.duration_s else "-",
                       format_params(t.params), note)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if history.notes:
+        console.print(f"agent's notes:\n{history.notes}", markup=False)
+    for hint in history.hints:
+        console.print(f"hint: {hint}", markup=False)
 
 
 @app.command()
