@@ -34,9 +34,12 @@ class Reply:
 
 
 class ScriptedLLMServer:
-    def __init__(self, responder: Responder | None = None, model: str = "scripted-model"):
+    def __init__(self, responder: Responder | None = None, model: str = "scripted-model",
+                 refuse_json_schema: bool = False):
         self.responder = responder or (lambda request: '{"config": {}, "rationale": "none"}')
         self.model = model
+        # As llama.cpp's server does: HTTP 500 for response_format {"type": "json_schema"}.
+        self.refuse_json_schema = refuse_json_schema
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -77,6 +80,9 @@ class ScriptedLLMServer:
                 request = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(request)
                 reply = server.script.popleft() if server.script else Reply()
+                if (server.refuse_json_schema
+                        and (request.get("response_format") or {}).get("type") == "json_schema"):
+                    reply = Reply(status=500)
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.body is not None or reply.status != 200:

@@ -141,6 +141,17 @@ def test_real_server_tokens_cost_and_structured_request():
     assert request["messages"][0]["role"] == "system"
 
 
+def test_a_server_that_refuses_json_schema_gets_the_next_method():
+    with ScriptedLLMServer(lambda r: answer(1.5), refuse_json_schema=True) as server:
+        llm = suggester(openai_model(server.base_url), max_wait_s=0.1)
+        first = llm(SPACE, History())
+        second = llm(SPACE, History())
+    assert first.params == {"x": 1.5, "opt": "adam"}
+    assert any("500" in e for e in first.meta["llm"]["errors"])
+    assert second.meta["llm"]["attempts"] == 1  # the method that worked is kept
+    assert server.requests[-1].get("tools") or server.requests[-1].get("response_format")
+
+
 def test_429_is_retried_after_retry_after():
     with ScriptedLLMServer(lambda r: answer(1.5)) as server:
         server.enqueue(status=429, headers={"Retry-After": "1"})

@@ -73,6 +73,7 @@ class TuneConfig(BaseModel):
     pruner: Literal["median", "none"] = "median"
     llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
     llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
+    llm_model_path: str | None = None  # a GGUF chat model for --llm local
     llm_temperature: float = Field(0.4, ge=0.0, le=2.0)
     llm_max_tokens: int = Field(400, ge=50)
     llm_timeout: float = Field(60.0, gt=0)  # seconds per request

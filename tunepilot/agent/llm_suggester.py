@@ -62,8 +62,12 @@ class LLMSuggester:
         self.transport_attempts = transport_attempts
         self.max_wait_s = max_wait_s
         self.prices = prices
-        self.structured = structured
-        self._runnables: dict[str, Any] = {}
+        # Structured-output methods to try in turn: llama.cpp's server refuses json_schema with
+        # a 500 but takes function calling and json_mode. A method that answered once stays.
+        self._methods: list[str | None] = (["json_schema", "function_calling", "json_mode"]
+                                           if structured else []) + [None]
+        self._method_worked = False
+        self._runnables: dict[tuple[str, str | None], Any] = {}
 
     def __call__(self, space: SearchSpace, history: History) -> Suggestion:
         from langchain_core.messages import HumanMessage, SystemMessage
@@ -80,7 +84,10 @@ class LLMSuggester:
                 message = self._invoke(space, [SystemMessage(system), HumanMessage(prompt)], meta)
             except TransportError as e:
                 meta["errors"].append(str(e))
+                if self._next_method(e):
+                    continue
                 raise SuggestionFailed(f"LLM unreachable: {e}", self._close(meta, start)) from None
+            self._method_worked = True
             try:
                 answer = parse_answer(message)
                 config = space.snap(answer["config"])
@@ -141,17 +148,27 @@ class LLMSuggester:
         return message
 
     def _runnable(self, space: SearchSpace) -> Any:
-        key = space.model_dump_json()
+        method = self._methods[0]
+        key = (space.model_dump_json(), method)
         if key not in self._runnables:
             runnable: Any = self.model
-            if self.structured:
+            if method is not None:
                 try:
                     runnable = self.model.with_structured_output(
-                        answer_schema(space), method="json_schema", include_raw=True)
+                        answer_schema(space), method=method, include_raw=True)
                 except (NotImplementedError, TypeError, ValueError):
-                    runnable = self.model  # no JSON-schema mode: tolerant extraction
+                    runnable = self.model  # no such mode here: tolerant extraction
             self._runnables[key] = runnable
         return self._runnables[key]
+
+    def _next_method(self, error: TransportError) -> bool:
+        """After a refusal that may be of the request's form (400, 422, 500, 501), not of the
+        server's health, try the next structured-output method; True if there is one."""
+        status = getattr(error.__cause__, "status_code", None)
+        if self._method_worked or status not in (400, 422, 500, 501) or len(self._methods) < 2:
+            return False
+        self._methods.pop(0)
+        return True
 
     def _close(self, meta: dict[str, Any], start: float) -> dict[str, Any]:
         meta["latency_s"] = round(time.perf_counter() - start, 3)

@@ -345,7 +345,8 @@ def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
     if cfg.strategy == "optuna":
         return None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
     choice = choose(LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature,
-                                cfg.llm_max_tokens, cfg.llm_timeout, cfg.llm_prices))
+                                cfg.llm_max_tokens, cfg.llm_timeout, cfg.llm_prices,
+                                cfg.llm_model_path))
     if choice.model is None:
         if cfg.strategy != "auto":
             raise ConfigError(
