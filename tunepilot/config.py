@@ -81,6 +81,8 @@ class TuneConfig(BaseModel):
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
     storage: str = "sqlite:///tunepilot.db"
+    heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)
+    retry_interrupted: int = Field(1, ge=0)  # re-run a killed worker's trial this many times
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
     timeout: Duration = None  # wall-time budget of this run, in seconds

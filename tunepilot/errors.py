@@ -39,6 +39,10 @@ class Diverged(TrialFailed):
         self.value = value
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so the running trial is failed cleanly and the run ends."""
+
+
 def did_you_mean(word: str, options: Iterable[str]) -> str:
     """' Did you mean 'x'?' when a close option exists, else ''."""
     close = difflib.get_close_matches(word, list(options), n=1)

@@ -30,7 +30,8 @@ app = typer.Typer(
 )
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 Storage = Annotated[str | None, typer.Option(help="Optuna storage URL "
                                               "[default: sqlite:///tunepilot.db]")]
@@ -47,6 +48,24 @@ def _user_errors() -> Iterator[None]:
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """SIGTERM (a scheduler, `kill`) ends the run like Ctrl-C: the trial fails, a summary prints."""
+    import signal
+
+    from tunepilot.errors import Terminated
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @app.command()
@@ -72,6 +91,9 @@ def run(
         help="GGUF chat model file for --llm local")] = None,
     storage: Storage = None,
     study: Study = None,
+    heartbeat: Annotated[int | None, typer.Option(
+        help="Seconds between a trial's heartbeats; a trial silent for 3x this (its process "
+        "died) is marked FAIL and retried once [default: 10]")] = None,
     n_trials: Annotated[int | None, typer.Option(
         help="Total trials of the study (a rerun finishes the rest) [default: 20]")] = None,
     timeout: Annotated[str | None, typer.Option(help="Wall-time budget: 90s, 20m, 8h")] = None,
@@ -90,7 +112,7 @@ def run(
         cfg = load_config(config, trainer=trainer, data=data, rows=rows, buckets=buckets, label=label,
                           categorical=categorical, strategy=strategy, sampler=sampler,
                           pruner=pruner, llm=llm, llm_base_url=llm_base_url,
-                          llm_model_path=llm_model_path, storage=storage,
+                          llm_model_path=llm_model_path, storage=storage, heartbeat=heartbeat,
                           study=study, n_trials=n_trials, timeout=timeout, target=target,
                           epochs=epochs, seed=seed)
         import optuna
@@ -106,10 +128,11 @@ def run(
         for line in notes:
             console.print(line, markup=False)
         console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
-        result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout)
+        with _sigterm_raises():
+            result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout)
     _print_summary(console, result, cfg.n_trials)
     if result.interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
 
 
 def _print_summary(console: Any, result: Any, n_trials: int) -> None:

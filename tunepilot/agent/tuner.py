@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import time
 import traceback
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from tunepilot.agent.display import Display
 from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
-from tunepilot.errors import ConfigError, TrialFailed, did_you_mean
+from tunepilot.errors import ConfigError, Terminated, TrialFailed, did_you_mean
 from tunepilot.config import TuneConfig
 from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, open_study, redact
 from tunepilot.memory.lookup import warm_start
@@ -44,7 +46,8 @@ class TuneResult:
     n_finished: int  # trials of the study that are done (all runs together)
     n_new: int  # trials this call ran
     target_reached: bool
-    interrupted: bool
+    interrupted: bool  # by Ctrl-C or SIGTERM
+    terminated: bool  # by SIGTERM
     history: History
 
 
@@ -142,6 +145,10 @@ class Tuner:
         """Runs trials until `target` is reached, the study holds `n_trials` finished trials,
         or `timeout` seconds pass. Ctrl-C fails the running trial and returns."""
         study = self.study
+        if is_heartbeat_enabled(study._storage):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)  # a crashed run's trial, if stale
         history = History.from_study(study)
         best = history.best_trial
         self.display.start(self.study_name, n_trials, history)
@@ -158,8 +165,8 @@ class Tuner:
         try:
             study.optimize(loop.objective, n_trials=remaining, timeout=timeout,
                            callbacks=[loop.after_trial], catch=(Exception,))
-        except KeyboardInterrupt:
-            loop.reason = "interrupted (Ctrl-C)"
+        except KeyboardInterrupt as e:
+            loop.reason = f"interrupted ({_signal_name(e)})"
         if loop.fatal is not None:
             raise loop.fatal
         reason = loop.reason
@@ -182,6 +189,7 @@ class Tuner:
             n_new=n_new,
             target_reached=reason.startswith("target"),
             interrupted=reason.startswith("interrupted"),
+            terminated=reason.startswith("interrupted (SIGTERM"),
             history=history,
         )
         self.display.finish(result)
@@ -218,8 +226,8 @@ class _Loop:
             result = tuner.trainer(config, report)
         except optuna.TrialPruned:
             raise
-        except KeyboardInterrupt:
-            trial.set_user_attr(attrs.ERROR, {"kind": "interrupted", "message": "Ctrl-C"})
+        except KeyboardInterrupt as e:
+            trial.set_user_attr(attrs.ERROR, {"kind": "interrupted", "message": _signal_name(e)})
             raise
         except ConfigError as e:
             # Bad input fails every trial alike: stop the search and tell the person.
@@ -272,6 +280,10 @@ class _Loop:
         self._last_errors.append(error.get("message", ""))
         tail = self._last_errors[-_REPEATED_FAILURES:]
         return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+def _signal_name(e: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
 
 
 def _describe_error(e: BaseException) -> dict[str, str]:
@@ -329,7 +341,9 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
     notes.append("search space:\n" + space.describe())
     settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
     settings["config"]["storage"] = redact(cfg.storage)
-    tuner = Tuner(trainer, space, storage=cfg.storage, study=cfg.study_name(),
+    storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
+                           retry_stale=cfg.retry_interrupted)
+    tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(),
                   suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
                   display=display)
     return tuner, notes

@@ -10,6 +10,7 @@ URL forms:
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,14 @@ def redact(url: str) -> str:
     return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage for `url`; raises `ConfigError` with the accepted forms."""
+def open_storage(url: str, *, heartbeat_s: int | None = 10,
+                 retry_stale: int = 1) -> optuna.storages.BaseStorage:
+    """An Optuna storage for `url`; raises `ConfigError` with the accepted forms.
+
+    Database storages get a heartbeat: a running trial whose process died (kill -9, a lost
+    machine) is marked FAIL once its heartbeat is 3 x `heartbeat_s` old, and re-queued up to
+    `retry_stale` times with the same config. The journal file storage has no heartbeat.
+    """
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
@@ -43,8 +50,20 @@ def open_storage(url: str) -> optuna.storages.BaseStorage:
             "(one process), postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (several "
             f"workers), or journal:FILE.log (several processes on one machine).{_url_hint(url)}"
         )
+    beat: dict[str, Any] = {}
+    if heartbeat_s:
+        from optuna.storages import RetryHeartbeatStaleTrialCallback
+
+        beat = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s}
+        if retry_stale:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                beat["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
+                    max_retry=retry_stale)
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
         raise ConfigError(
             f"Cannot open storage {redact(url)}: {type(e).__name__}: {_one_line(e)}. Check that "

@@ -286,12 +286,13 @@ def _ctrl_c_raises(trainer: pl.Trainer) -> Iterator[None]:
     previous = signal.getsignal(signal.SIGINT) if in_main else None
     try:
         yield
-    except SystemExit:
+    except SystemExit as e:
         if not trainer.interrupted:
             raise
         if in_main and previous is not None:
             signal.signal(signal.SIGINT, previous)
-        raise KeyboardInterrupt from None
+        original = e.__context__  # what Lightning caught: KeyboardInterrupt, or our Terminated
+        raise (original if isinstance(original, KeyboardInterrupt) else KeyboardInterrupt()) from None
 
 
 def _peak_memory_mb() -> float:

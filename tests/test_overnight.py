@@ -1,0 +1,100 @@
+"""Unattended runs: SIGTERM, and a `tune` process killed with SIGKILL then resumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import optuna
+import pytest
+
+from tests.conftest import ROOT, TUNE, run_tune
+
+TOY = """
+import time
+
+def slowish(config, report):
+    time.sleep(0.7)
+    return (config["x"] - 2.0) ** 2
+
+def sleepy(config, report):
+    time.sleep(60)
+    return 1.0
+"""
+SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "toy.py").write_text(TOY)
+    (tmp_path / "toy.toml").write_text(SPACE)
+    return tmp_path
+
+
+def start(workdir, *args):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
+    return subprocess.Popen([*TUNE, "run", "--config", "toy.toml", *args], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def trials(workdir, study):
+    try:
+        return optuna.load_study(study_name=study,
+                                 storage=f"sqlite:///{workdir / 's.db'}").trials
+    except KeyError:
+        return []
+
+
+def wait_for(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")
+
+
+def test_sigterm_fails_the_running_trial_and_exits_143(workdir):
+    proc = start(workdir, "--trainer", "toy:sleepy", "--storage", "sqlite:///s.db")
+    wait_for(lambda: trials(workdir, "toy-sleepy"))
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, out + err
+    assert "interrupted (SIGTERM)" in out and "to resume: tune run" in out
+    [trial] = trials(workdir, "toy-sleepy")
+    assert trial.state.name == "FAIL"
+    assert trial.user_attrs["error"] == {"kind": "interrupted", "message": "SIGTERM"}
+
+
+def test_kill_9_then_resume_loses_nothing_and_honours_the_budget(workdir):
+    args = ("--trainer", "toy:slowish", "--storage", "sqlite:///s.db", "--n-trials", "8",
+            "--heartbeat", "1")
+    proc = start(workdir, *args)
+
+    def two_done_and_one_running():
+        ts = trials(workdir, "toy-slowish")
+        return (sum(t.state.name == "COMPLETE" for t in ts) >= 2
+                and any(t.state.name == "RUNNING" for t in ts))
+
+    wait_for(two_done_and_one_running)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    before = {t.number: t for t in trials(workdir, "toy-slowish")}
+    [running] = [t for t in before.values() if t.state.name == "RUNNING"]
+    completed = {n: t.value for n, t in before.items() if t.state.name == "COMPLETE"}
+
+    time.sleep(3.5)  # the heartbeat grace period (3 x 1 s) passes: the trial is stale
+    again = run_tune("run", "--config", "toy.toml", *args, cwd=workdir, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "budget of 8 trials used" in again.stdout
+    after = {t.number: t for t in trials(workdir, "toy-slowish")}
+    assert after[running.number].state.name == "FAIL"  # the interrupted trial
+    for number, value in completed.items():  # nothing completed is lost
+        assert after[number].state.name == "COMPLETE" and after[number].value == value
+    finished = [t for t in after.values() if t.state.is_finished()]
+    assert len(finished) == 8 and len(after) == 8
+    retried = [t for t in after.values()
+               if t.number > running.number and t.params == running.params]
+    assert retried and retried[0].state.name == "COMPLETE"  # re-run once with the same config
