@@ -1,6 +1,9 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
 # Both build .venv/ on first use. torch is installed (pinned, CPU build) BEFORE anything that
 # depends on it; otherwise pip resolves `torch` to a multi-GB CUDA build.
+# The [local] extra (the embedded LLM) builds llama-cpp-python from source: about 11 minutes on
+# 2 cores the first time, seconds afterwards (pip's wheel cache). GGML_NATIVE=OFF: a build for
+# the build machine's own CPU crashed with SIGILL on a virtual machine here.
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
@@ -13,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test]"
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install -q -e ".[test,local]"
 	touch $(STAMP)
 
 install: $(STAMP)

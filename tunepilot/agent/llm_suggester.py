@@ -122,7 +122,9 @@ class LLMSuggester:
         )
 
     def _invoke(self, space: SearchSpace, messages: list[BaseMessage],
-                meta: dict[str, Any]) -> BaseMessage:
+                meta: dict[str, Any]) -> Any:
+        """The model's answer: a message, or {"raw", "parsed", "parsing_error"} from a
+        structured-output runnable."""
         runnable = self._runnable(space)
 
         def on_retry(state: tenacity.RetryCallState) -> None:
@@ -145,7 +147,7 @@ class LLMSuggester:
         usage = getattr(message, "usage_metadata", None) or {}
         meta["tokens_in"] += int(usage.get("input_tokens", 0))
         meta["tokens_out"] += int(usage.get("output_tokens", 0))
-        return message
+        return result
 
     def _runnable(self, space: SearchSpace) -> Any:
         method = self._methods[0]
@@ -194,8 +196,9 @@ def answer_schema(space: SearchSpace) -> dict[str, Any]:
         "properties": {
             "config": {"type": "object", "properties": properties,
                        "required": list(properties), "additionalProperties": False},
-            # A pattern keeps grammar-constrained local models from emitting raw newlines.
-            "rationale": {"type": "string", "maxLength": 300, "pattern": "^[^\\n]*$"},
+            # For grammar-constrained local models: no raw newline, and no quote or backslash, or
+            # llama.cpp's grammar (which takes the pattern literally) lets the string run on.
+            "rationale": {"type": "string", "maxLength": 300, "pattern": '^[^"\\\\\\n]*$'},
             "notes": {"type": "string", "maxLength": 600},
         },
         "required": ["config", "rationale"],
@@ -209,8 +212,10 @@ def parse_answer(message: Any) -> dict[str, Any]:
     if isinstance(message, dict) and message.get("parsed") is not None:
         parsed = message["parsed"]
     else:
-        text = _text(message)
-        parsed = _first_json_object(text)
+        raw = message["raw"] if isinstance(message, dict) else message
+        calls = getattr(raw, "tool_calls", None) or []
+        text = _text(raw)
+        parsed = calls[0].get("args") if calls else _first_json_object(text)
         if parsed is None:
             raise ValueError(f"the answer is not a JSON object: {text[:200]!r}")
     if not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
