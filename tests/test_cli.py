@@ -60,43 +60,44 @@ def test_help_is_fast_and_imports_no_framework():
 
 def test_bad_search_space_is_refused(workdir):
     (workdir / "bad.toml").write_text('[space]\nx = { type = "float", low = 1.0, high = 0.5 }\n')
-    proc = run_tune("run", "--config", "bad.toml", "--trainer", "toy:quadratic", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--config", "bad.toml", "--trainer", "toy:quadratic", cwd=workdir)
     assert_refused(proc, "'x'", "low (1) must be below high (0.5)", "swap them")
 
 
 def test_unknown_trainer_is_refused(workdir):
-    proc = run_tune("run", "--trainer", "lightnign", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--trainer", "lightnign", cwd=workdir)
     assert_refused(proc, "Unknown trainer 'lightnign'", "Did you mean 'lightning'?")
-    proc = run_tune("run", "--trainer", "toy:quadratik", "--config", "toy.toml", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--trainer", "toy:quadratik", "--config", "toy.toml", cwd=workdir)
     assert_refused(proc, "no function 'quadratik'", "Did you mean 'quadratic'?")
 
 
 def test_unknown_strategy_is_refused(workdir):
-    proc = run_tune("run", "--strategy", "genetic", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--strategy", "genetic", cwd=workdir)
     assert_refused(proc, "strategy", "'optuna', 'llm' or 'hybrid'", "'genetic'")
-    proc = run_tune("run", "--strategy", "llm", "--llm", "none", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--strategy", "llm", "--llm", "none", cwd=workdir)
     assert_refused(proc, "Strategy 'llm' needs an LLM", "--llm openai:MODEL")
 
 
 def test_missing_config_file_is_refused(workdir):
-    proc = run_tune("run", "--config", "nope.toml", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--config", "nope.toml", cwd=workdir)
     assert_refused(proc, "nope.toml does not exist")
 
 
 def test_config_with_unknown_key_is_refused(workdir):
     (workdir / "typo.toml").write_text("n_trails = 5\n")
-    proc = run_tune("run", "--config", "typo.toml", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--config", "typo.toml", cwd=workdir)
     assert_refused(proc, "unknown setting 'n_trails'", "Did you mean 'n_trials'?")
 
 
 def test_unknown_flag_is_a_usage_error(workdir):
-    proc = run_tune("run", "--n-trail", "3", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--n-trail", "3", cwd=workdir)
     assert proc.returncode == 2
     assert "No such option" in proc.stderr
 
 
 def test_run_resume_show_best(workdir):
-    args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
+    args = ("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic",
+            "--storage",
             "sqlite:///s.db")
     first = run_tune(*args, "--n-trials", "6", cwd=workdir)
     assert first.returncode == 0, first.stderr
@@ -122,7 +123,7 @@ def test_run_resume_show_best(workdir):
 
 
 def test_show_names_the_studies_when_the_name_is_wrong(workdir):
-    run_tune("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
+    run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
              "sqlite:///s.db", "--n-trials", "2", cwd=workdir)
     proc = run_tune("show", "--storage", "sqlite:///s.db", "--study", "toy-quadratc",
                     cwd=workdir)
@@ -132,7 +133,7 @@ def test_show_names_the_studies_when_the_name_is_wrong(workdir):
 def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
     proc = subprocess.Popen(
-        [*TUNE, "run", "--config", "toy.toml", "--trainer", "toy:sleepy", "--storage",
+        [*TUNE, "run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:sleepy", "--storage",
          "sqlite:///s.db", "--n-trials", "3"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     storage = "sqlite:///" + str(workdir / "s.db")

@@ -131,14 +131,14 @@ def test_cli_tunes_on_a_criteo_file_and_refuses_a_broken_one(tmp_path):
     from tests.conftest import run_tune
 
     make_criteo(tmp_path / "day.txt.gz", n=400, compress=True)
-    proc = run_tune("run", "--trainer", "jax", "--data", "criteo:day.txt.gz", "--n-trials", "2",
+    proc = run_tune("run", "--llm", "none", "--trainer", "jax", "--data", "criteo:day.txt.gz", "--n-trials", "2",
                     "--epochs", "1", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "data: Criteo day.txt.gz: 320 train / 80 validation rows" in proc.stdout
     assert "2 finished" in proc.stdout
 
     (tmp_path / "broken.txt").write_text(criteo_line(1, ["1"] * 13, ["ab"] * 20))
-    proc = run_tune("run", "--data", "criteo:broken.txt", cwd=tmp_path)
+    proc = run_tune("run", "--llm", "none", "--data", "criteo:broken.txt", cwd=tmp_path)
     assert proc.returncode == 2
     assert "broken.txt, line 1: 34 fields, expected 40" in proc.stderr
     assert "Traceback" not in proc.stderr

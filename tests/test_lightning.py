@@ -61,7 +61,8 @@ def test_pruning_reaches_into_lightning(data, train_ctr):
 
 def test_real_search_stops_at_a_reachable_target_and_resumes(tmp_path):
     # Base-rate log-loss of synthetic:8000 is 0.559; decent configs reach ~0.47 in 2 epochs.
-    args = ("run", "--data", "synthetic:8000", "--epochs", "2", "--storage", "sqlite:///s.db",
+    args = ("run", "--llm", "none", "--data", "synthetic:8000", "--epochs", "2", "--storage",
+            "sqlite:///s.db",
             "--seed", "1")
     proc = run_tune(*args, "--target", "0.51", "--n-trials", "30", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -96,7 +97,7 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = subprocess.Popen(
-        [*TUNE, "run", "--data", "synthetic:4000", "--epochs", "500", "--storage", storage],
+        [*TUNE, "run", "--llm", "none", "--data", "synthetic:4000", "--epochs", "500", "--storage", storage],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120

@@ -162,3 +162,13 @@ def test_every_named_sampler_runs(storage, name):
 def test_unknown_sampler_is_refused(storage):
     with pytest.raises(ConfigError, match="Did you mean 'tpe'"):
         make_tuner(storage, sampler="tpf").study
+
+
+def test_a_bug_in_the_suggester_stops_the_search_instead_of_failing_every_trial(storage):
+    def broken(space, history):
+        raise AttributeError("'Suggester' object has no attribute 'k'")
+
+    with pytest.raises(AttributeError, match="no attribute 'k'"):
+        make_tuner(storage, suggester=broken).run(n_trials=10)
+    [trial] = History.from_study(make_tuner(storage).study)
+    assert trial.state == "fail" and "AttributeError" in trial.error["message"]

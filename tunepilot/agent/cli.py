@@ -50,24 +50,6 @@ def _user_errors() -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Iterator[None]:
-    """SIGTERM (a scheduler, `kill`) ends the run like Ctrl-C: the trial fails, a summary prints."""
-    import signal
-
-    from tunepilot.errors import Terminated
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 @app.command()
 def run(
     config: ConfigFile = None,
@@ -128,7 +110,9 @@ def run(
         for line in notes:
             console.print(line, markup=False)
         console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
-        with _sigterm_raises():
+        from tunepilot.agent import interrupts
+
+        with interrupts.raising():
             result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout)
     _print_summary(console, result, cfg.n_trials)
     if result.interrupted:

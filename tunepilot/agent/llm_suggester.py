@@ -51,7 +51,7 @@ class LLMSuggester:
                  metric: str = "validation loss", target: float | None = None,
                  attempts: int = 3, transport_attempts: int = 4, max_wait_s: float = 30.0,
                  prices: Mapping[str, tuple[float, float]] | None = None,
-                 structured: bool = True):
+                 structured: bool = True, history_k: int = 5, notes: bool = True):
         self.model = model
         self.model_name = model_name
         self.task = task
@@ -62,6 +62,8 @@ class LLMSuggester:
         self.transport_attempts = transport_attempts
         self.max_wait_s = max_wait_s
         self.prices = prices
+        self.history_k = history_k  # best and recent trials shown; a small model wants fewer
+        self.notes = notes  # ask for notes; a tiny model's notes are noise that costs tokens
         # Structured-output methods to try in turn: llama.cpp's server refuses json_schema with
         # a 500 but takes function calling and json_mode. A method that answered once stays.
         self._methods: list[str | None] = (["json_schema", "function_calling", "json_mode"]
@@ -114,7 +116,8 @@ class LLMSuggester:
             n_trials=self.n_trials,
             space=[(name, p.describe()) for name, p in space.params.items()],
             fixed=", ".join(f"{k}={v}" for k, v in space.fixed.items()),
-            history=compact(history, params),
+            history=compact(history, params, best_k=self.history_k, recent_k=self.history_k,
+                            failures_k=max(1, self.history_k - 1)),
             warm_start=warm or None,
             notes=history.notes,
             hints=list(history.hints),
@@ -157,7 +160,7 @@ class LLMSuggester:
             if method is not None:
                 try:
                     runnable = self.model.with_structured_output(
-                        answer_schema(space), method=method, include_raw=True)
+                        answer_schema(space, notes=self.notes), method=method, include_raw=True)
                 except (NotImplementedError, TypeError, ValueError):
                     runnable = self.model  # no such mode here: tolerant extraction
             self._runnables[key] = runnable
@@ -179,7 +182,7 @@ class LLMSuggester:
         return {"llm": meta}
 
 
-def answer_schema(space: SearchSpace) -> dict[str, Any]:
+def answer_schema(space: SearchSpace, notes: bool = True) -> dict[str, Any]:
     """The JSON schema of an answer: the config (one property per parameter) and a rationale."""
     properties: dict[str, Any] = {}
     for name, p in space.params.items():
@@ -189,7 +192,7 @@ def answer_schema(space: SearchSpace) -> dict[str, Any]:
             kind = "number" if isinstance(p, Float) else "integer"
             properties[name] = {"type": kind, "minimum": p.low, "maximum": p.high,
                                 "description": p.describe()}
-    return {
+    schema = {
         "title": "Suggestion",
         "description": "The next configuration to train, and why.",
         "type": "object",
@@ -204,6 +207,9 @@ def answer_schema(space: SearchSpace) -> dict[str, Any]:
         "required": ["config", "rationale"],
         "additionalProperties": False,
     }
+    if not notes:
+        del schema["properties"]["notes"]
+    return schema
 
 
 def parse_answer(message: Any) -> dict[str, Any]:

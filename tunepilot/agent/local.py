@@ -66,8 +66,9 @@ def chat_model(settings: Any) -> LocalChatModel:
     elif not Path(path).is_file():
         raise ConfigError(f"--llm-model-path {path} does not exist; give the path of a GGUF "
                           "chat model file.")
+    # An answer without notes is ~70 tokens; a cap stops a rambling small model early.
     return LocalChatModel(model_path=str(path), temperature=settings.temperature,
-                          max_tokens=settings.max_tokens)
+                          max_tokens=min(settings.max_tokens, 160))
 
 
 @functools.lru_cache(maxsize=2)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import optuna
 from optuna.samplers import BaseSampler
 
+from tunepilot.agent import interrupts
 from tunepilot.errors import ConfigError, TuneError, did_you_mean
 from tunepilot.memory import History, attrs
 from tunepilot.space import SearchSpace
@@ -108,6 +109,7 @@ class AgentSampler(BaseSampler):
         self.space = space
         self.suggester = suggester
         self.fallback = fallback or optuna.samplers.TPESampler(multivariate=True)
+        self.last_trial_id: int | None = None  # the trial this process started last
 
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
@@ -122,6 +124,7 @@ class AgentSampler(BaseSampler):
         try:
             # The trial being proposed is RUNNING with no params yet: leave it out.
             suggestion = self.suggester(self.space, History.from_study(study, exclude=trial.number))
+            interrupts.check()  # a Ctrl-C that arrived inside a model's C code
         except SuggestionFailed as e:
             record = {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: str(e)}
             _set_attrs(study, trial, {**record, **e.meta})
@@ -149,6 +152,7 @@ class AgentSampler(BaseSampler):
         return self.fallback.sample_independent(study, trial, param_name, param_distribution)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.last_trial_id = trial._trial_id
         if attrs.PROPOSER not in trial.user_attrs:
             if _is_enqueued(trial):
                 _set_attrs(study, trial, {attrs.PROPOSER: "enqueued"})

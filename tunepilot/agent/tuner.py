@@ -19,6 +19,7 @@ import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
+from tunepilot.agent import interrupts
 from tunepilot.agent.display import Display
 from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
 from tunepilot.errors import ConfigError, Terminated, TrialFailed, did_you_mean
@@ -167,6 +168,7 @@ class Tuner:
                            callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({_signal_name(e)})"
+            _fail_if_running(study, e)
         if loop.fatal is not None:
             raise loop.fatal
         reason = loop.reason
@@ -204,18 +206,27 @@ class _Loop:
         self.n_trials = n_trials
         self.target = target
         self.reason: str | None = None
-        self.fatal: ConfigError | None = None
+        self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
         self.n_new = 0
         self._last_errors: list[str] = []
 
     def objective(self, trial: optuna.Trial) -> float:
         tuner = self.tuner
-        config = tuner.space.sample(trial)
+        try:
+            config = tuner.space.sample(trial)
+        except Exception as e:
+            # The sampler or suggester failed: a bug (model-caused failures fall back inside
+            # AgentSampler), so stop rather than fail every trial quietly.
+            self.fatal = e
+            trial.study.stop()
+            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            raise
         tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
                                   trial.study._storage.get_trial_user_attrs(trial._trial_id)
                                   .get(attrs.PROPOSER))
 
         def report(epoch: int, val_loss: float) -> None:
+            interrupts.check()
             check_finite(epoch, val_loss)
             trial.report(val_loss, epoch)
             tuner.display.epoch(trial.number, epoch, val_loss)
@@ -280,6 +291,18 @@ class _Loop:
         self._last_errors.append(error.get("message", ""))
         tail = self._last_errors[-_REPEATED_FAILURES:]
         return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+def _fail_if_running(study: optuna.Study, e: KeyboardInterrupt) -> None:
+    """An interrupt between Optuna creating a trial and running it leaves it RUNNING: fail it."""
+    trial_id = getattr(study.sampler, "last_trial_id", None)
+    if trial_id is None:
+        return
+    storage = study._storage
+    if storage.get_trial(trial_id).state == TrialState.RUNNING:
+        storage.set_trial_user_attr(trial_id, attrs.ERROR,
+                                    {"kind": "interrupted", "message": _signal_name(e)})
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
 
 def _signal_name(e: KeyboardInterrupt) -> str:
@@ -370,15 +393,22 @@ def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
             )
         return None, f"strategy: optuna ({optuna_line}); {choice.reason}"
     strategy = "hybrid" if cfg.strategy == "auto" else cfg.strategy
+    # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
+    # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
+    small = choice.name == "local"
     llm = LLMSuggester(choice.model, model_name=choice.name, task=task, n_trials=cfg.n_trials,
-                       target=cfg.target, attempts=cfg.llm_attempts, prices=cfg.llm_prices)
+                       target=cfg.target, prices=cfg.llm_prices,
+                       attempts=min(cfg.llm_attempts, 2) if small else cfg.llm_attempts,
+                       history_k=3 if small else 5, notes=not small)
+    startup, every = (2, 4) if small else (3, 2)
     where = f" at {redact(cfg.llm_base_url)}" if cfg.llm_base_url else ""
     if strategy == "llm":
         return llm, (f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} "
                      f"if it fails); {choice.reason}")
-    return alternate(llm), (f"strategy: hybrid ({choice.name}{where} proposes the first 3 "
-                            f"trials, then every other one; Optuna's {optuna_line} the rest); "
-                            f"{choice.reason}")
+    turns = "every other one" if every == 2 else f"every {every}th"
+    return alternate(llm, startup=startup, every=every), (
+        f"strategy: hybrid ({choice.name}{where} proposes the first {startup} trials, then "
+        f"{turns}; Optuna's {optuna_line} the rest); {choice.reason}")
 
 
 def _task_description(cfg: TuneConfig, notes: list[str]) -> str:
