@@ -86,6 +86,10 @@ class TuneConfig(BaseModel):
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
     timeout: Duration = None  # wall-time budget of this run, in seconds
+    trial_timeout: Duration = None  # a trial running longer is killed and FAILed (isolation)
+    # Each trial in its own process (a crash costs one trial). Default: on with --timeout or
+    # --trial-timeout (unattended runs), off otherwise (the quick demo starts faster).
+    isolate: bool | None = None
     target: float | None = None  # stop as soon as a trial's validation loss is <= target
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0

@@ -79,6 +79,11 @@ def run(
     n_trials: Annotated[int | None, typer.Option(
         help="Total trials of the study (a rerun finishes the rest) [default: 20]")] = None,
     timeout: Annotated[str | None, typer.Option(help="Wall-time budget: 90s, 20m, 8h")] = None,
+    trial_timeout: Annotated[str | None, typer.Option(
+        help="Kill and FAIL a trial running longer than this (implies --isolate)")] = None,
+    isolate: Annotated[bool | None, typer.Option(
+        "--isolate/--no-isolate", help="Run each trial in its own process [default: on with "
+        "--timeout or --trial-timeout]")] = None,
     target: Annotated[float | None, typer.Option(
         help="Stop when a validation loss <= TARGET")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
@@ -95,7 +100,8 @@ def run(
                           categorical=categorical, strategy=strategy, sampler=sampler,
                           pruner=pruner, llm=llm, llm_base_url=llm_base_url,
                           llm_model_path=llm_model_path, storage=storage, heartbeat=heartbeat,
-                          study=study, n_trials=n_trials, timeout=timeout, target=target,
+                          study=study, n_trials=n_trials, timeout=timeout,
+                          trial_timeout=trial_timeout, isolate=isolate, target=target,
                           epochs=epochs, seed=seed)
         import optuna
 

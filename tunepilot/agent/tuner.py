@@ -7,6 +7,7 @@ study's storage. The storage is the only state: a new `Tuner` on the same study 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import traceback
@@ -285,7 +286,8 @@ class _Loop:
 
     def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
         error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
-        if not error or error.get("kind") == "diverged":
+        # Divergence, time-outs and OOM depend on the config; only other repeats look like bugs.
+        if not error or error.get("kind") in ("diverged", "timeout", "oom"):
             self._last_errors.clear()
             return False
         self._last_errors.append(error.get("message", ""))
@@ -310,8 +312,8 @@ def _signal_name(e: KeyboardInterrupt) -> str:
 
 
 def _describe_error(e: BaseException) -> dict[str, str]:
-    if isinstance(e, TrialFailed):
-        kind = e.kind
+    if isinstance(e, TrialFailed):  # its message says what happened; no type name needed
+        return {"kind": e.kind, "message": str(e)[:500], "where": ""}
     elif isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
         kind = "oom"
     else:
@@ -347,14 +349,19 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
 
     notes: list[str] = []
     space = SearchSpace.of(cfg.space)
-    if cfg.trainer in trainers.BUILTIN:
-        data = trainers.load_data(cfg.data, rows=cfg.rows, buckets=cfg.buckets, label=cfg.label,
-                                  categorical=cfg.categorical)
+    trainer, data = build_trainer(cfg)
+    if data is not None:
         notes.append(f"data: {data.describe()}")
-        trainer = trainers.from_spec(cfg.trainer, data)
         space = trainers.default_space(cfg.trainer).merged(space)
-    else:
-        trainer = trainers.from_spec(cfg.trainer)
+    if cfg.isolate or (cfg.isolate is None and (cfg.trial_timeout or cfg.timeout)):
+        from tunepilot.agent.isolate import Isolated
+
+        preload = {"lightning": ("tunepilot.trainers.lightning_trainer",),
+                   "jax": ("tunepilot.trainers.jax_trainer",)}.get(cfg.trainer, ())
+        trainer = Isolated(functools.partial(_child_trainer, cfg.model_dump_json()),
+                           timeout_s=cfg.trial_timeout, preload=preload)
+        limit = f", killed after {cfg.trial_timeout:g} s" if cfg.trial_timeout else ""
+        notes.append(f"isolation: each trial runs in its own process{limit}")
     # Every trainer gets the run's epochs and seed unless the space tunes them.
     space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
     if cfg.trainer in trainers.BUILTIN:
@@ -370,6 +377,22 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
                   suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
                   display=display)
     return tuner, notes
+
+
+def build_trainer(cfg: TuneConfig) -> tuple[Trainer, Any]:
+    """The trainer `cfg` names, and the CTR data it is bound to (None for user code)."""
+    from tunepilot import trainers
+
+    if cfg.trainer in trainers.BUILTIN:
+        data = trainers.load_data(cfg.data, rows=cfg.rows, buckets=cfg.buckets, label=cfg.label,
+                                  categorical=cfg.categorical)
+        return trainers.from_spec(cfg.trainer, data), data
+    return trainers.from_spec(cfg.trainer), None
+
+
+def _child_trainer(cfg_json: str) -> Trainer:
+    """In an isolated trial's process: the same trainer, built from the same settings."""
+    return build_trainer(TuneConfig.model_validate_json(cfg_json))[0]
 
 
 def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:

@@ -43,6 +43,14 @@ def _count_compile_time(event: str, seconds: float, **_: Any) -> None:
 
 jax.monitoring.register_event_duration_secs_listener(_count_compile_time)
 
+# Compiled programs persist on disk, so isolated trials (one process each) and resumed runs do
+# not compile the same epoch again. Only programs that took a while are worth a file.
+if jax.config.jax_compilation_cache_dir is None:
+    from tunepilot.trainers.data.synthetic import cache_dir
+
+    jax.config.update("jax_compilation_cache_dir", str(cache_dir() / "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
 
 def _torch_like_kernel(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
     # torch.nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)); same start as Lightning.

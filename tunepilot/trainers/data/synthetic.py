@@ -50,7 +50,7 @@ def synthetic(rows: int = 20_000, *, seed: int = 0, buckets: int = 1024,
     """
     if rows < 100:
         raise ValueError(f"rows must be at least 100, found {rows}")
-    path = _cache_dir() / f"synthetic-v{_VERSION}-{rows}-{seed}.npz"
+    path = cache_dir() / f"synthetic-v{_VERSION}-{rows}-{seed}.npz"
     if cache and path.exists():
         with np.load(path) as f:
             dense_raw, values, y, p = f["dense"], f["values"], f["y"], f["p"]
@@ -119,7 +119,8 @@ def _generate(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     return dense.astype(np.float32), values.astype(np.int32), y, p.astype(np.float32)
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Where tunepilot caches data and compiled programs ($TUNEPILOT_CACHE)."""
     return Path(os.environ.get("TUNEPILOT_CACHE", Path.home() / ".cache" / "tunepilot"))
 
 

@@ -1,0 +1,143 @@
+"""Trial isolation: each trial in a child process, so that a segfault, an out-of-memory kill or a
+hung trial costs one trial, not the search, and GPU memory is returned between trials.
+
+The child builds the trainer itself (from a picklable `build` function, e.g. a trainer spec),
+runs one config, and reports each epoch back over a pipe; the parent answers whether to go on,
+so pruning works as in-process. Children come from a fork server that has already imported the
+trainer's framework: a trial starts in milliseconds, not the seconds an import of Lightning costs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import time
+from collections.abc import Callable, Mapping
+from multiprocessing.connection import Connection
+from typing import Any
+
+import optuna
+
+from tunepilot.agent import interrupts
+from tunepilot.errors import Diverged, TrialFailed
+from tunepilot.trainers.base import Report, Trainer, TrainResult
+
+
+class TrialCrashed(TrialFailed):
+    """The trial's process died: a signal (SIGSEGV, SIGKILL from the OOM killer) or an exit."""
+
+    def __init__(self, message: str, kind: str = "crashed"):
+        super().__init__(message)
+        self.kind = kind
+
+
+class TrialTimeout(TrialFailed):
+    kind = "timeout"
+
+
+class ChildError(TrialFailed):
+    """An exception inside the trial's process, carried back as kind + message."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class Isolated:
+    """A trainer that runs `build()`'s trainer in a fresh child process per trial.
+
+    Example:
+        >>> trainer = Isolated(functools.partial(trainers.from_spec, "my_pkg.train:fit"),
+        ...                    timeout_s=3600)  # doctest: +SKIP
+    """
+
+    def __init__(self, build: Callable[[], Trainer], *, timeout_s: float | None = None,
+                 preload: tuple[str, ...] = ()):
+        self.build = build
+        self.timeout_s = timeout_s
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(["tunepilot.agent.isolate", *preload])
+
+    def __call__(self, config: Mapping[str, Any], report: Report) -> TrainResult:
+        parent, child = self._context.Pipe()
+        process = self._context.Process(target=_child, args=(self.build, dict(config), child),
+                                        daemon=True)
+        process.start()
+        child.close()
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        try:
+            while True:
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TrialTimeout(f"the trial ran past its {self.timeout_s:g} s limit "
+                                       "(--trial-timeout) and was killed")
+                interrupts.check()
+                if not parent.poll(0.2):
+                    if not process.is_alive() and not parent.poll(0):
+                        raise _death(process.exitcode)
+                    continue
+                try:
+                    kind, payload = parent.recv()
+                except EOFError:
+                    process.join(5)
+                    raise _death(process.exitcode) from None
+                if kind == "epoch":
+                    try:
+                        report(*payload)
+                    except BaseException:
+                        parent.send("stop")
+                        raise
+                    parent.send("go")
+                elif kind == "result":
+                    return payload
+                elif kind == "pruned":
+                    raise optuna.TrialPruned(payload)
+                else:
+                    raise ChildError(*payload)
+        finally:
+            if process.is_alive():
+                process.kill()
+            process.join(10)
+            parent.close()
+
+
+def _death(exitcode: int | None) -> TrialCrashed:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name
+        if -exitcode == signal.SIGKILL:
+            return TrialCrashed(f"the trial's process was killed ({name}), most likely by the "
+                                "out-of-memory killer", kind="oom")
+        return TrialCrashed(f"the trial's process died with {name}")
+    return TrialCrashed(f"the trial's process exited with code {exitcode} before reporting")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _child(build: Callable[[], Trainer], config: dict[str, Any], conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what Ctrl-C means
+
+    def report(epoch: int, val_loss: float) -> None:
+        conn.send(("epoch", (epoch, float(val_loss))))
+        if conn.recv() == "stop":
+            raise _Stop()
+
+    try:
+        result = build()(config, report)
+        conn.send(("result", result))
+    except _Stop:
+        pass  # the parent already knows why (pruned or diverged)
+    except optuna.TrialPruned as e:
+        conn.send(("pruned", str(e)))
+    except Exception as e:
+        kind = getattr(e, "kind", None)
+        if kind is None:
+            kind = "oom" if isinstance(e, MemoryError) or "OutOfMemory" in type(e).__name__ \
+                else "exception"
+        text = str(e).strip().splitlines()
+        conn.send(("error", (kind, f"{type(e).__name__}: {text[0] if text else ''}"[:500])))
+    finally:
+        conn.close()
+
+
+__all__ = ["ChildError", "Diverged", "Isolated", "TrialCrashed", "TrialTimeout"]
