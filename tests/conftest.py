@@ -65,6 +65,16 @@ def study_name(request: pytest.FixtureRequest) -> str:
     return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
 
 
+TOY_SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
+
+
+def toy_workdir(path: Path, code: str, space: str = TOY_SPACE) -> Path:
+    """A folder with toy.py (trainer functions) and toy.toml (their space), as a user has."""
+    (path / "toy.py").write_text(code)
+    (path / "toy.toml").write_text(space)
+    return path
+
+
 def quadratic(config: Mapping[str, Any], report: Any) -> float:
     """Minimum 0 at x = 2; `report` once per 'epoch' so pruning can happen."""
     loss = (config["x"] - 2.0) ** 2

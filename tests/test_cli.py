@@ -12,7 +12,7 @@ import time
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TUNE, run_tune
+from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
 
 TOY = """
 import time
@@ -24,14 +24,11 @@ def sleepy(config, report):
     time.sleep(30)
     return 1.0
 """
-TOY_TOML = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
 
 
 @pytest.fixture
 def workdir(tmp_path):
-    (tmp_path / "toy.py").write_text(TOY)
-    (tmp_path / "toy.toml").write_text(TOY_TOML)
-    return tmp_path
+    return toy_workdir(tmp_path, TOY)
 
 
 def assert_refused(proc, *fragments):

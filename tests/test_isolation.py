@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from tests.conftest import run_tune
+from tests.conftest import TOY_SPACE, run_tune, toy_workdir
 from tunepilot.memory import History, load_study
 
 TOY = """
@@ -23,12 +23,10 @@ def misbehave(config, report):
         report(epoch, (x - 2) ** 2 + 1 / epoch)
     return (x - 2) ** 2
 """
-SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
 
 
 def test_hung_segfaulting_and_killed_trials_are_failed_and_the_search_goes_on(tmp_path):
-    (tmp_path / "toy.py").write_text(TOY)
-    (tmp_path / "toy.toml").write_text(SPACE)
+    toy_workdir(tmp_path, TOY)
     storage = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="toy-misbehave", storage=storage)
     for x in (-8.0, -5.0, -1.0, 2.5):  # one of each, then a good one
@@ -50,8 +48,7 @@ def test_hung_segfaulting_and_killed_trials_are_failed_and_the_search_goes_on(tm
 
 
 def test_pruning_works_across_the_process_boundary(tmp_path):
-    (tmp_path / "toy.py").write_text(TOY)
-    (tmp_path / "toy.toml").write_text(SPACE.replace("-10.0", "0.0"))
+    toy_workdir(tmp_path, TOY, TOY_SPACE.replace("-10.0", "0.0"))
     proc = run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:misbehave",
                     "--storage", "sqlite:///s.db", "--n-trials", "12", "--isolate",
                     "--sampler", "random", cwd=tmp_path, timeout=180)

@@ -10,7 +10,7 @@ import time
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TUNE, run_tune
+from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
 
 TOY = """
 import time
@@ -23,14 +23,11 @@ def sleepy(config, report):
     time.sleep(60)
     return 1.0
 """
-SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
 
 
 @pytest.fixture
 def workdir(tmp_path):
-    (tmp_path / "toy.py").write_text(TOY)
-    (tmp_path / "toy.toml").write_text(SPACE)
-    return tmp_path
+    return toy_workdir(tmp_path, TOY)
 
 
 def start(workdir, *args):

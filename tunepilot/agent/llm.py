@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tunepilot.errors import ConfigError
 
@@ -141,6 +141,3 @@ def cost_usd(model: str, tokens_in: int, tokens_out: int,
         return None
     return (tokens_in * price[0] + tokens_out * price[1]) / 1e6
 
-
-def describe_model(model: Any) -> str:
-    return getattr(model, "model_name", None) or getattr(model, "model", None) or type(model).__name__

@@ -18,7 +18,6 @@ import functools
 import importlib.util
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +97,6 @@ class LocalChatModel(BaseChatModel):
     @property
     def model_name(self) -> str:
         return Path(self.model_path).stem
-
-    def load_seconds(self) -> float:
-        """Loads the model now (once per process) and says how long it took."""
-        start = time.perf_counter()
-        _load(self.model_path, self.n_ctx, self.n_threads)
-        return time.perf_counter() - start
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: Any = None, **kwargs: Any) -> ChatResult:

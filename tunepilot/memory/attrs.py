@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import Literal
 
 # Per trial.
-PROPOSER = "proposer"  # who proposed the config, one of PROPOSERS
+PROPOSER = "proposer"  # who proposed the config: a Proposer
 FALLBACK_REASON = "fallback_reason"  # why the suggester did not propose this trial
 ERROR = "error"  # {"kind": ..., "message": ...} for a FAIL trial
 TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finished trial
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
-PROPOSERS: tuple[str, ...] = ("llm", "fallback", "optuna", "enqueued", "human")
 
 # What the LLM said and cost: {"model", "tokens_in", "tokens_out", "cost_usd", "latency_s",
 # "attempts", "errors", "rationale", "notes"}.
