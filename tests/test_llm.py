@@ -163,6 +163,22 @@ def test_429_is_retried_after_retry_after():
     assert "429" in suggestion.meta["llm"]["errors"][0]
 
 
+@pytest.mark.parametrize("content", ['{"config": {"x": 1.0, "opt": "ad', "",
+                                     answer(42.0), answer(1.0, opt="rmsprop")])
+def test_bad_answers_fall_back_with_the_cause_and_the_search_goes_on(storage, content):
+    # Truncated JSON, an empty answer, a value outside the space, a choice not offered.
+    with ScriptedLLMServer(lambda r: answer(1.5)) as server:
+        for _ in range(3):
+            server.enqueue(content=content)
+        result = tuner(storage, suggester(openai_model(server.base_url))).run(n_trials=2)
+    first, second = result.history
+    assert first.proposer == "fallback" and first.state == "complete"
+    reason = first.user_attrs[attrs.FALLBACK_REASON]
+    assert reason.startswith("no valid answer in 3 attempts")
+    assert len(first.user_attrs["llm"]["errors"]) == 3
+    assert second.proposer == "llm"  # good answers again: the LLM is back
+
+
 @pytest.mark.parametrize("failure", ["5xx", "slow", "garbage body", "refused", "401"])
 def test_transport_failures_fall_back_and_the_search_goes_on(storage, failure):
     with ScriptedLLMServer(lambda r: answer(1.5)) as server:
