@@ -260,3 +260,11 @@ def test_warm_start_from_a_finished_study_of_the_same_task(tmp_path, monkeypatch
     run = second.run(1)
     assert run.history[0].params["x"] == pytest.approx(result.best_params["x"])
     assert run.history[0].user_attrs["warm_start_from"] == "first"
+
+
+def test_llm_spend_budget_stops_the_search(storage):
+    with ScriptedLLMServer(lambda r: answer(1.5 + len(r["messages"][-1]["content"]) % 7)) as server:
+        result = tuner(storage, suggester(openai_model(server.base_url))).run(
+            n_trials=20, llm_budget_usd=1e-5)
+    assert result.n_finished == 1  # one gpt-4o-mini call of ~400 tokens costs ~7e-5 USD
+    assert result.stop_reason.startswith("LLM spend $0.0001 reached the budget of $1e-05")

@@ -172,3 +172,24 @@ def test_a_bug_in_the_suggester_stops_the_search_instead_of_failing_every_trial(
         make_tuner(storage, suggester=broken).run(n_trials=10)
     [trial] = History.from_study(make_tuner(storage).study)
     assert trial.state == "fail" and "AttributeError" in trial.error["message"]
+
+
+def test_plateau_rule_stops_when_trials_stop_improving(storage):
+    def flat(config, report):
+        return 1.0 if config["x"] != 2.0 else 0.5
+
+    tuner = make_tuner(storage, fn=flat)
+    tuner.study.enqueue_trial({"x": 2.0})  # the best comes first; nothing beats it
+    result = tuner.run(n_trials=50, patience=4)
+    assert result.n_finished == 5
+    assert result.stop_reason == "plateau: 4 finished trials without an improvement of 0 or more"
+
+
+def test_min_delta_ignores_tiny_improvements(storage):
+    values = iter([1.0, 0.9999, 0.9998, 0.9997, 0.5])
+
+    def slowly(config, report):
+        return next(values)
+
+    result = make_tuner(storage, fn=slowly).run(n_trials=5, patience=3, min_delta=0.01)
+    assert result.n_finished == 4 and result.stop_reason.startswith("plateau: 3 finished")

@@ -91,6 +91,9 @@ class TuneConfig(BaseModel):
     # --trial-timeout (unattended runs), off otherwise (the quick demo starts faster).
     isolate: bool | None = None
     target: float | None = None  # stop as soon as a trial's validation loss is <= target
+    patience: int | None = Field(None, ge=1)  # stop after this many trials without improvement
+    min_delta: float = Field(0.0, ge=0.0)  # ... of at least this much
+    llm_budget: float | None = Field(None, ge=0.0)  # stop when the study's LLM spend (USD) hits it
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0
 

@@ -86,6 +86,12 @@ def run(
         "--timeout or --trial-timeout]")] = None,
     target: Annotated[float | None, typer.Option(
         help="Stop when a validation loss <= TARGET")] = None,
+    patience: Annotated[int | None, typer.Option(
+        help="Stop after this many trials without improvement")] = None,
+    min_delta: Annotated[float | None, typer.Option(
+        help="The improvement --patience waits for [default: 0]")] = None,
+    llm_budget: Annotated[float | None, typer.Option(
+        help="Stop when the study's LLM spend reaches this many USD")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of sampler and training [default: 0]")] = None,
 ) -> None:
@@ -102,6 +108,7 @@ def run(
                           llm_model_path=llm_model_path, storage=storage, heartbeat=heartbeat,
                           study=study, n_trials=n_trials, timeout=timeout,
                           trial_timeout=trial_timeout, isolate=isolate, target=target,
+                          patience=patience, min_delta=min_delta, llm_budget=llm_budget,
                           epochs=epochs, seed=seed)
         import optuna
 
@@ -119,7 +126,9 @@ def run(
         from tunepilot.agent import interrupts
 
         with interrupts.raising():
-            result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout)
+            result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
+                               patience=cfg.patience, min_delta=cfg.min_delta,
+                               llm_budget_usd=cfg.llm_budget)
     _print_summary(console, result, cfg.n_trials)
     if result.interrupted:
         raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)

@@ -143,9 +143,12 @@ class Tuner:
                 pass  # the old best lies outside the new bounds: the prompt still shows it
 
     def run(self, n_trials: int = 20, *, target: float | None = None,
-            timeout: float | None = None) -> TuneResult:
+            timeout: float | None = None, patience: int | None = None, min_delta: float = 0.0,
+            llm_budget_usd: float | None = None) -> TuneResult:
         """Runs trials until `target` is reached, the study holds `n_trials` finished trials,
-        or `timeout` seconds pass. Ctrl-C fails the running trial and returns."""
+        `timeout` seconds pass, `patience` finished trials bring no improvement of at least
+        `min_delta`, or the study's LLM spend reaches `llm_budget_usd`. Ctrl-C fails the running
+        trial and returns."""
         study = self.study
         if is_heartbeat_enabled(study._storage):
             with warnings.catch_warnings():
@@ -162,7 +165,7 @@ class Tuner:
         if remaining <= 0:
             return self._finish(f"budget of {n_trials} trials already used", 0)
 
-        loop = _Loop(self, n_trials, target)
+        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd)
         start = time.monotonic()
         try:
             study.optimize(loop.objective, n_trials=remaining, timeout=timeout,
@@ -202,10 +205,15 @@ class Tuner:
 class _Loop:
     """Per-run state of `Tuner.run`: the objective and the stopping rules."""
 
-    def __init__(self, tuner: Tuner, n_trials: int, target: float | None):
+    def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
+                 patience: int | None = None, min_delta: float = 0.0,
+                 llm_budget_usd: float | None = None):
         self.tuner = tuner
         self.n_trials = n_trials
         self.target = target
+        self.patience = patience
+        self.min_delta = min_delta
+        self.llm_budget_usd = llm_budget_usd
         self.reason: str | None = None
         self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
         self.n_new = 0
@@ -278,6 +286,16 @@ class _Loop:
         elif len(history.finished()) >= self.n_trials:
             self.reason = f"budget of {self.n_trials} trials used"
             study.stop()
+        elif self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
+                >= self.patience:
+            self.reason = (f"plateau: {stale} finished trials without an improvement of "
+                           f"{self.min_delta:g} or more")
+            study.stop()
+        elif self.llm_budget_usd is not None and (spent := llm_spend(history)) \
+                >= self.llm_budget_usd:
+            self.reason = (f"LLM spend ${spent:.4f} reached the budget of "
+                           f"${self.llm_budget_usd:g}")
+            study.stop()
         elif self._failing_alike(frozen):
             error = frozen.user_attrs.get(attrs.ERROR, {})
             self.reason = (f"the last {_REPEATED_FAILURES} trials failed with the same error "
@@ -293,6 +311,23 @@ class _Loop:
         self._last_errors.append(error.get("message", ""))
         tail = self._last_errors[-_REPEATED_FAILURES:]
         return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+def _trials_since_improvement(history: History, min_delta: float) -> int:
+    """Finished trials since the last one that beat the best before it by min_delta or more."""
+    finished = history.finished()
+    best, last = float("inf"), -1
+    for i, t in enumerate(finished):
+        if t.state == "complete" and t.value is not None and t.value <= best - min_delta:
+            best, last = t.value, i
+        elif t.state == "complete" and t.value is not None:
+            best = min(best, t.value)
+    return len(finished) - 1 - last
+
+
+def llm_spend(history: History) -> float:
+    """USD spent on the LLM over the whole study (trials with a known price)."""
+    return sum((t.user_attrs.get(attrs.LLM) or {}).get("cost_usd") or 0.0 for t in history)
 
 
 def _fail_if_running(study: optuna.Study, e: KeyboardInterrupt) -> None:
