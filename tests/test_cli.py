@@ -150,3 +150,18 @@ def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     states = [t.state.name for t in optuna.load_study(study_name="toy-sleepy",
                                                       storage=storage).trials]
     assert states == ["FAIL"]
+
+
+def test_report_and_log_are_written_for_a_run(workdir):
+    proc = run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic",
+                    "--storage", "sqlite:///s.db", "--n-trials", "5", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    report = workdir / "tunepilot-runs" / "toy-quadratic.html"
+    html = report.read_text()
+    assert "Stopped:</b> budget of 5 trials used" in html
+    assert "Optimization history" in html and html.count("data:image/png;base64,") == 1
+    assert "No LLM was used." in html
+    log = (workdir / "tunepilot-runs" / "toy-quadratic.log").read_text()
+    assert log.count("[optuna]") == 5 and "run ends: budget of 5 trials used" in log
+    again = run_tune("report", "--storage", "sqlite:///s.db", "-o", "r.html", cwd=workdir)
+    assert again.returncode == 0 and (workdir / "r.html").read_text().startswith("<!doctype")

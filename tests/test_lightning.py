@@ -116,3 +116,20 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
     trials = optuna.load_study(study_name="lightning-synthetic-4000", storage=storage).trials
     assert [t.state.name for t in trials] == ["FAIL"]
     assert trials[0].user_attrs["error"]["kind"] == "interrupted"
+
+
+def test_rerun_reproduces_a_trial(tmp_path):
+    args = ("--storage", "sqlite:///s.db")
+    proc = run_tune("run", "--llm", "none", "--data", "synthetic:3000", "--epochs", "2",
+                    "--n-trials", "2", "--pruner", "none", *args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    study = optuna.load_study(study_name="lightning-synthetic-3000",
+                              storage=f"sqlite:///{tmp_path / 's.db'}")
+    recorded = study.trials[1]
+    assert recorded.user_attrs["train"]["device"].startswith("torch:")
+    assert "lightning" in recorded.user_attrs["train"]["versions"]
+    again = run_tune("rerun", "1", *args, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    value = float(again.stdout.split("now: value ")[1].split()[0])
+    # Same machine, same seed and config: CPU training repeats to float noise.
+    assert value == pytest.approx(recorded.value, abs=1e-4), again.stdout

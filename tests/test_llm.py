@@ -231,8 +231,15 @@ def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
         assert trial.user_attrs["llm"]["rationale"] == "moderate lr for Adam on CTR"
         assert trial.user_attrs["llm"]["tokens_in"] > 0
         assert trial.user_attrs["llm"]["cost_usd"] > 0
-    # The key reached the server as a header, and nothing else: not the study, not a prompt.
+    # The key reached the server as a header, and nothing else: not the study, the log, the
+    # report, the output or a prompt.
     assert "sk-secret" not in (tmp_path / "s.db").read_bytes().decode("latin-1")
+    runs = tmp_path / "tunepilot-runs"
+    log, report = runs / "jax-synthetic-4000.log", runs / "jax-synthetic-4000.html"
+    assert "[llm]" in log.read_text() and "why: moderate lr for Adam on CTR" in log.read_text()
+    assert "LLM usage" in report.read_text() and "gpt-4o-mini" in report.read_text()
+    for path in (log, report):
+        assert "sk-secret" not in path.read_text()
     assert all("sk-secret" not in json.dumps(r) for r in server.requests)
     assert "sk-secret" not in proc.stdout + proc.stderr
 

@@ -29,6 +29,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+RUNS_DIR = "tunepilot-runs"  # each study's log and report, in the working directory
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
@@ -112,14 +113,16 @@ def run(
                           epochs=epochs, seed=seed)
         import optuna
 
-        from tunepilot.agent.display import console_display
+        from tunepilot.agent.display import FileLog, Tee, console_display
         from tunepilot.agent.tuner import from_config
         from tunepilot.memory import redact
 
         # The display shows every trial, failures included; Optuna's own lines would repeat them.
         optuna.logging.set_verbosity(optuna.logging.ERROR)
 
-        tuner, notes = from_config(cfg, display=console_display(console))
+        runs = Path(RUNS_DIR)
+        log = runs / f"{cfg.study_name()}.log"
+        tuner, notes = from_config(cfg, display=Tee(console_display(console), FileLog(log)))
         for line in notes:
             console.print(line, markup=False)
         console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
@@ -129,7 +132,11 @@ def run(
             result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
                                patience=cfg.patience, min_delta=cfg.min_delta,
                                llm_budget_usd=cfg.llm_budget)
+    from tunepilot.agent.report import write_report
+
+    report = write_report(tuner.study, runs / f"{cfg.study_name()}.html")
     _print_summary(console, result, cfg.n_trials)
+    console.print(f"report: {report}  log: {log}", markup=False)
     if result.interrupted:
         raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
 
@@ -228,6 +235,66 @@ def best(storage: Storage = None, study: Study = None, config: ConfigFile = None
     fixed = study_obj.user_attrs.get(attrs.SETTINGS, {}).get("space", {}).get("fixed", {})
     typer.echo(f"# trial {trial.number}, validation loss {trial.value:.6g}", err=True)
     typer.echo(json.dumps({**fixed, **trial.params}, indent=2))
+
+
+@app.command()
+def report(
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o",
+                                                help="HTML file [default: tunepilot-runs/STUDY.html]")] = None,
+) -> None:
+    """Write a study's report: best config, history, importance, curves, LLM use, failures."""
+    from tunepilot.agent.report import write_report
+
+    with _user_errors():
+        study_obj = _load(storage, study, config)
+    path = write_report(study_obj, output or Path(RUNS_DIR) / f"{study_obj.study_name}.html")
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def rerun(
+    trial: Annotated[int, typer.Argument(help="The trial number to run again")],
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+) -> None:
+    """Run one trial of a study again with its recorded config and seed, and compare."""
+    from tunepilot.agent.tuner import build_trainer
+    from tunepilot.config import TuneConfig
+    from tunepilot.memory import History, attrs
+    from tunepilot.trainers.base import check_finite
+
+    with _user_errors():
+        study_obj = _load(storage, study, config)
+        history = History.from_study(study_obj)
+        record = next((t for t in history if t.number == trial), None)
+        if record is None or not record.params:
+            raise ConfigError(f"Study {study_obj.study_name} has no trial {trial} with a config; "
+                              "`tune show` lists its trials.")
+        settings = study_obj.user_attrs.get(attrs.SETTINGS) or {}
+        if "config" not in settings:
+            raise ConfigError(f"Study {study_obj.study_name} was not created by `tune run`, so "
+                              "its trainer is unknown; rerun the config from Python instead.")
+        cfg = TuneConfig.model_validate({**settings["config"], "storage": "sqlite://"})
+        trainer, _ = build_trainer(cfg)
+    run_config = {**settings.get("space", {}).get("fixed", {}), **record.params}
+    recorded = record.user_attrs.get(attrs.TRAIN) or {}
+    typer.echo(f"trial {trial}: {json.dumps(run_config)}")
+    typer.echo(f"recorded: {record.state}, value {record.value}, curve "
+               f"{[round(v, 6) for v in record.curve]}, on {recorded.get('device', '?')} with "
+               f"{recorded.get('versions', '?')}")
+
+    def report(epoch: int, val_loss: float) -> None:
+        check_finite(epoch, val_loss)
+        typer.echo(f"  epoch {epoch}: {val_loss:.6f}")
+
+    result = trainer(run_config, report)
+    typer.echo(f"now: value {result.best_val_loss:.6f}")
+    if record.value is not None:
+        typer.echo(f"difference: {result.best_val_loss - record.value:+.2e}")
 
 
 def _load(storage: str | None, study: str | None, config: Path | None) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -130,6 +131,63 @@ class LiveDisplay(PlainDisplay):
         if self._current:
             line += f"  |  {self._current}"
         self._live.update(Text(line, style="bold cyan", overflow="ellipsis", no_wrap=True))
+
+
+class Tee(Display):
+    """Sends every event to each of `displays`."""
+
+    def __init__(self, *displays: Display):
+        self.displays = displays
+
+    def start(self, study: str, n_trials: int, history: History) -> None:
+        for d in self.displays:
+            d.start(study, n_trials, history)
+
+    def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None:
+        for d in self.displays:
+            d.trial_start(number, config, proposer)
+
+    def epoch(self, number: int, epoch: int, val_loss: float) -> None:
+        for d in self.displays:
+            d.epoch(number, epoch, val_loss)
+
+    def trial_end(self, record: TrialRecord | None, history: History) -> None:
+        for d in self.displays:
+            d.trial_end(record, history)
+
+    def finish(self, result: TuneResult) -> None:
+        for d in self.displays:
+            d.finish(result)
+
+
+class FileLog(Display):
+    """The study's log file: who proposed each trial and why, its result or error."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def _write(self, line: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(f"{stamp} {line}\n")
+
+    def start(self, study: str, n_trials: int, history: History) -> None:
+        self._write(f"run starts: study {study}, {len(history.finished())} of {n_trials} "
+                    "trials done")
+
+    def trial_end(self, record: TrialRecord | None, history: History) -> None:
+        if record is None:
+            return
+        self._write(trial_line(record, history))
+        why = record.rationale or record.user_attrs.get("fallback_reason")
+        if why:
+            self._write(f"    why: {why}")
+
+    def finish(self, result: TuneResult) -> None:
+        best = (f"best trial {result.best_number} ({result.best_value:.5f})"
+                if result.best_value is not None else "no trial completed")
+        self._write(f"run ends: {result.stop_reason}; {best}")
 
 
 def console_display(console: Console | None = None) -> Display:

@@ -26,6 +26,7 @@ from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
 from tunepilot.errors import ConfigError, Terminated, TrialFailed, did_you_mean
 from tunepilot.config import TuneConfig
 from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, open_study, redact
+from tunepilot.memory.environment import device, versions
 from tunepilot.memory.lookup import warm_start
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer, TrainResult, check_finite
@@ -183,6 +184,7 @@ class Tuner:
         return self._finish(reason, loop.n_new)
 
     def _finish(self, reason: str, n_new: int) -> TuneResult:
+        self.study.set_user_attr(attrs.LAST_STOP, reason)
         history = History.from_study(self.study)
         best = history.best_trial
         result = TuneResult(
@@ -265,6 +267,9 @@ class _Loop:
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
             "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
+            # The trainer knows its device best (an isolated trial ran in another process).
+            "device": result.extra.get("device") or device(),
+            "versions": versions(),
         })
         return result.best_val_loss
 

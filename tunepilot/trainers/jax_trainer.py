@@ -283,7 +283,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         extra={"compilations": compilations() - compiled_before,
                "compile_s": _compile_seconds[0] - compile_before,
-               "backend": jax.default_backend()},
+               "device": f"jax:{jax.devices()[0].device_kind}"},
     )
 
 

@@ -178,6 +178,7 @@ class Fit(NamedTuple):
     curve: tuple[float, ...]
     train_time_s: float
     wall_time_s: float
+    device: str
 
 
 def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: str,
@@ -217,7 +218,7 @@ def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: s
     curve = tuple(callback.curve)
     if not all(math.isfinite(v) for v in curve):
         raise Diverged(len(curve), curve[-1])
-    return Fit(curve, callback.train_time, wall)
+    return Fit(curve, callback.train_time, wall, f"torch:{trainer.strategy.root_device}")
 
 
 def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> TrainResult:
@@ -236,6 +237,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         wall_time_s=result.wall_time_s,
         samples_per_s=len(data.train) * len(result.curve) / max(result.train_time_s, 1e-9),
         peak_memory_mb=_peak_memory_mb(),
+        extra={"device": result.device},
     )
 
 
@@ -254,7 +256,7 @@ def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule
                      precision=str(config.get("precision", "32-true")),
                      val_loss=_logged(monitor), **fit_args)
         return TrainResult(min(result.curve), result.curve, result.wall_time_s,
-                           peak_memory_mb=_peak_memory_mb())
+                           peak_memory_mb=_peak_memory_mb(), extra={"device": result.device})
 
     train.__name__ = getattr(module_factory, "__name__", "lightning")
     return train
