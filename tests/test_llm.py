@@ -275,3 +275,12 @@ def test_llm_spend_budget_stops_the_search(storage):
             n_trials=20, llm_budget_usd=1e-5)
     assert result.n_finished == 1  # one gpt-4o-mini call of ~400 tokens costs ~7e-5 USD
     assert result.stop_reason.startswith("LLM spend $0.0001 reached the budget of $1e-05")
+
+
+def test_llm_token_budget_stops_the_search(storage):
+    with ScriptedLLMServer(lambda r: answer(1.5 + len(r["messages"][-1]["content"]) % 7)) as server:
+        result = tuner(storage, suggester(openai_model(server.base_url))).run(
+            n_trials=20, llm_token_budget=1000)
+    assert 2 <= result.n_finished <= 4  # ~400 tokens a trial
+    assert result.stop_reason.startswith("LLM tokens ") and "reached the budget of 1,000" in \
+        result.stop_reason

@@ -193,3 +193,18 @@ def test_min_delta_ignores_tiny_improvements(storage):
 
     result = make_tuner(storage, fn=slowly).run(n_trials=5, patience=3, min_delta=0.01)
     assert result.n_finished == 4 and result.stop_reason.startswith("plateau: 3 finished")
+
+
+def test_time_budget_counts_what_earlier_runs_spent(storage):
+    import time as _time
+
+    def slow(config, report):
+        _time.sleep(0.3)
+        return (config["x"] - 2.0) ** 2
+
+    first = make_tuner(storage, fn=slow).run(n_trials=100, timeout=1.0)
+    assert first.stop_reason == "time budget of 1 s used" and 2 <= first.n_finished <= 5
+    again = make_tuner(storage, fn=slow).run(n_trials=100, timeout=1.0)
+    assert again.n_new <= 1  # only what the first run left of the second
+    third = make_tuner(storage, fn=slow).run(n_trials=100, timeout=1.0)
+    assert third.n_new == 0 and third.stop_reason.startswith("time budget of 1 s already used")

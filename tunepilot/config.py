@@ -85,7 +85,7 @@ class TuneConfig(BaseModel):
     retry_interrupted: int = Field(1, ge=0)  # re-run a killed worker's trial this many times
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
-    timeout: Duration = None  # wall-time budget of this run, in seconds
+    timeout: Duration = None  # wall-time budget of the study (its trials' time), in seconds
     trial_timeout: Duration = None  # a trial running longer is killed and FAILed (isolation)
     # Each trial in its own process (a crash costs one trial). Default: on with --timeout or
     # --trial-timeout (unattended runs), off otherwise (the quick demo starts faster).
@@ -94,6 +94,7 @@ class TuneConfig(BaseModel):
     patience: int | None = Field(None, ge=1)  # stop after this many trials without improvement
     min_delta: float = Field(0.0, ge=0.0)  # ... of at least this much
     llm_budget: float | None = Field(None, ge=0.0)  # stop when the study's LLM spend (USD) hits it
+    llm_token_budget: int | None = Field(None, ge=1)  # ... or its LLM tokens (in + out) do
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0
 

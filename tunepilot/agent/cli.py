@@ -93,6 +93,8 @@ def run(
         help="The improvement --patience waits for [default: 0]")] = None,
     llm_budget: Annotated[float | None, typer.Option(
         help="Stop when the study's LLM spend reaches this many USD")] = None,
+    llm_token_budget: Annotated[int | None, typer.Option(
+        help="Stop when the study's LLM tokens (in + out) reach this many")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of sampler and training [default: 0]")] = None,
 ) -> None:
@@ -110,6 +112,7 @@ def run(
                           study=study, n_trials=n_trials, timeout=timeout,
                           trial_timeout=trial_timeout, isolate=isolate, target=target,
                           patience=patience, min_delta=min_delta, llm_budget=llm_budget,
+                          llm_token_budget=llm_token_budget,
                           epochs=epochs, seed=seed)
         import optuna
 
@@ -131,7 +134,8 @@ def run(
         with interrupts.raising():
             result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
                                patience=cfg.patience, min_delta=cfg.min_delta,
-                               llm_budget_usd=cfg.llm_budget)
+                               llm_budget_usd=cfg.llm_budget,
+                               llm_token_budget=cfg.llm_token_budget)
     from tunepilot.agent.report import write_report
 
     report = write_report(tuner.study, runs / f"{cfg.study_name()}.html")

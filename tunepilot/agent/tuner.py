@@ -145,11 +145,12 @@ class Tuner:
 
     def run(self, n_trials: int = 20, *, target: float | None = None,
             timeout: float | None = None, patience: int | None = None, min_delta: float = 0.0,
-            llm_budget_usd: float | None = None) -> TuneResult:
+            llm_budget_usd: float | None = None,
+            llm_token_budget: int | None = None) -> TuneResult:
         """Runs trials until `target` is reached, the study holds `n_trials` finished trials,
-        `timeout` seconds pass, `patience` finished trials bring no improvement of at least
-        `min_delta`, or the study's LLM spend reaches `llm_budget_usd`. Ctrl-C fails the running
-        trial and returns."""
+        the study's trials have used `timeout` seconds, `patience` finished trials bring no improvement of at least
+        `min_delta`, or the study's LLM spend reaches `llm_budget_usd` or `llm_token_budget`
+        tokens. Ctrl-C fails the running trial and returns."""
         study = self.study
         if is_heartbeat_enabled(study._storage):
             with warnings.catch_warnings():
@@ -165,11 +166,17 @@ class Tuner:
         remaining = n_trials - len(history.finished())
         if remaining <= 0:
             return self._finish(f"budget of {n_trials} trials already used", 0)
+        # The time budget is the study's, like the trial budget: a resumed run gets what the
+        # finished trials did not use.
+        spent = sum(t.duration_s or 0.0 for t in history.finished())
+        time_left = None if timeout is None else timeout - spent
+        if time_left is not None and time_left <= 0:
+            return self._finish(f"time budget of {timeout:g} s already used ({spent:.0f} s)", 0)
 
-        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd)
+        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget)
         start = time.monotonic()
         try:
-            study.optimize(loop.objective, n_trials=remaining, timeout=timeout,
+            study.optimize(loop.objective, n_trials=remaining, timeout=time_left,
                            callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({_signal_name(e)})"
@@ -178,7 +185,7 @@ class Tuner:
             raise loop.fatal
         reason = loop.reason
         if reason is None:
-            timed_out = timeout is not None and time.monotonic() - start >= timeout
+            timed_out = time_left is not None and time.monotonic() - start >= time_left
             reason = f"time budget of {timeout:g} s used" if timed_out else (
                 f"budget of {n_trials} trials used")
         return self._finish(reason, loop.n_new)
@@ -209,8 +216,9 @@ class _Loop:
 
     def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
                  patience: int | None = None, min_delta: float = 0.0,
-                 llm_budget_usd: float | None = None):
+                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None):
         self.tuner = tuner
+        self.llm_token_budget = llm_token_budget
         self.n_trials = n_trials
         self.target = target
         self.patience = patience
@@ -301,6 +309,10 @@ class _Loop:
             self.reason = (f"LLM spend ${spent:.4f} reached the budget of "
                            f"${self.llm_budget_usd:g}")
             study.stop()
+        elif self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
+                >= self.llm_token_budget:
+            self.reason = f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
+            study.stop()
         elif self._failing_alike(frozen):
             error = frozen.user_attrs.get(attrs.ERROR, {})
             self.reason = (f"the last {_REPEATED_FAILURES} trials failed with the same error "
@@ -333,6 +345,12 @@ def _trials_since_improvement(history: History, min_delta: float) -> int:
 def llm_spend(history: History) -> float:
     """USD spent on the LLM over the whole study (trials with a known price)."""
     return sum((t.user_attrs.get(attrs.LLM) or {}).get("cost_usd") or 0.0 for t in history)
+
+
+def llm_tokens(history: History) -> int:
+    """Tokens sent to and received from the LLM over the whole study."""
+    return sum((t.user_attrs.get(attrs.LLM) or {}).get("tokens_in", 0)
+               + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
 
 
 def _fail_if_running(study: optuna.Study, e: KeyboardInterrupt) -> None:
