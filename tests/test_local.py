@@ -50,7 +50,8 @@ def llama_server(model_path):
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"llama.cpp server did not start: {proc.stderr.read()[-2000:]}")
+                raise RuntimeError(
+                    f"llama.cpp server did not start: {proc.stderr.read()[-2000:]}") from None
             time.sleep(0.5)
     yield url
     proc.terminate()

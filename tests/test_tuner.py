@@ -161,7 +161,7 @@ def test_every_named_sampler_runs(storage, name):
 
 def test_unknown_sampler_is_refused(storage):
     with pytest.raises(ConfigError, match="Did you mean 'tpe'"):
-        make_tuner(storage, sampler="tpf").study
+        _ = make_tuner(storage, sampler="tpf").study
 
 
 def test_a_bug_in_the_suggester_stops_the_search_instead_of_failing_every_trial(storage):

@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Tuner": "tunepilot.agent.tuner",
     "TuneResult": "tunepilot.agent.tuner",
-    "from_config": "tunepilot.agent.tuner",
+    "from_config": "tunepilot.agent.build",
     "AgentSampler": "tunepilot.agent.suggest",
     "Suggester": "tunepilot.agent.suggest",
     "Suggestion": "tunepilot.agent.suggest",
@@ -45,12 +45,37 @@ _EXPORTS = {
     "trainers": "tunepilot.trainers",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AgentSampler",
+    "Categorical",
+    "ConfigError",
+    "Diverged",
+    "Float",
+    "History",
+    "Int",
+    "Report",
+    "SearchSpace",
+    "Suggester",
+    "Suggestion",
+    "SuggestionFailed",
+    "TrainResult",
+    "Trainer",
+    "TrialFailed",
+    "TrialRecord",
+    "TuneConfig",
+    "TuneError",
+    "TuneResult",
+    "Tuner",
+    "from_config",
+    "load_config",
+    "trainers",
+]
 
 if TYPE_CHECKING:
     from tunepilot import trainers
     from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
-    from tunepilot.agent.tuner import Tuner, TuneResult, from_config
+    from tunepilot.agent.build import from_config
+    from tunepilot.agent.tuner import Tuner, TuneResult
     from tunepilot.config import TuneConfig, load_config
     from tunepilot.errors import ConfigError, Diverged, TrialFailed, TuneError
     from tunepilot.memory import History, TrialRecord

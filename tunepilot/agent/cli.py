@@ -117,7 +117,7 @@ def run(
         import optuna
 
         from tunepilot.agent.display import FileLog, Tee, console_display
-        from tunepilot.agent.tuner import from_config
+        from tunepilot.agent.build import from_config
         from tunepilot.memory import redact
 
         # The display shows every trial, failures included; Optuna's own lines would repeat them.
@@ -266,7 +266,7 @@ def rerun(
     config: ConfigFile = None,
 ) -> None:
     """Run one trial of a study again with its recorded config and seed, and compare."""
-    from tunepilot.agent.tuner import build_trainer
+    from tunepilot.agent.build import build_trainer
     from tunepilot.config import TuneConfig
     from tunepilot.memory import History, attrs
     from tunepilot.trainers.base import check_finite

@@ -1,0 +1,130 @@
+"""Building a `Tuner` from a `TuneConfig`: the trainer, its data, the space and the strategy.
+
+The CLI, workers and notebooks all build their tuner here, so a config means the same
+everywhere.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from tunepilot.agent.display import Display
+from tunepilot.agent.suggest import Suggester
+from tunepilot.agent.tuner import Tuner
+from tunepilot.config import TuneConfig
+from tunepilot.errors import ConfigError
+from tunepilot.memory import open_storage, redact
+from tunepilot.space import SearchSpace
+from tunepilot.trainers.base import Trainer
+from tunepilot.trainers.ctr_config import check_ctr_keys
+
+
+def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner, list[str]]:
+    """The `Tuner` a `TuneConfig` describes, and lines that tell the person what was chosen.
+
+    The CLI, workers and notebooks all build their tuner here, so a config means the same
+    everywhere.
+    """
+    from tunepilot import trainers
+
+    notes: list[str] = []
+    space = SearchSpace.of(cfg.space)
+    trainer, data = build_trainer(cfg)
+    if data is not None:
+        notes.append(f"data: {data.describe()}")
+        space = trainers.default_space(cfg.trainer).merged(space)
+    if cfg.isolate or (cfg.isolate is None and (cfg.trial_timeout or cfg.timeout)):
+        from tunepilot.agent.isolate import Isolated
+
+        preload = {"lightning": ("tunepilot.trainers.lightning_trainer",),
+                   "jax": ("tunepilot.trainers.jax_trainer",)}.get(cfg.trainer, ())
+        trainer = Isolated(functools.partial(_child_trainer, cfg.model_dump_json()),
+                           timeout_s=cfg.trial_timeout, preload=preload)
+        limit = f", killed after {cfg.trial_timeout:g} s" if cfg.trial_timeout else ""
+        notes.append(f"isolation: each trial runs in its own process{limit}")
+    # Every trainer gets the run's epochs and seed unless the space tunes them.
+    space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
+    if cfg.trainer in trainers.BUILTIN:
+        check_ctr_keys(set(space.params) | set(space.fixed))
+    suggester, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg, notes))
+    notes.append(strategy_note)
+    notes.append("search space:\n" + space.describe())
+    settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
+    settings["config"]["storage"] = redact(cfg.storage)
+    storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
+                           retry_stale=cfg.retry_interrupted)
+    tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(),
+                  suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
+                  display=display)
+    return tuner, notes
+
+
+def build_trainer(cfg: TuneConfig) -> tuple[Trainer, Any]:
+    """The trainer `cfg` names, and the CTR data it is bound to (None for user code)."""
+    from tunepilot import trainers
+
+    if cfg.trainer in trainers.BUILTIN:
+        data = trainers.load_data(cfg.data, rows=cfg.rows, buckets=cfg.buckets, label=cfg.label,
+                                  categorical=cfg.categorical)
+        return trainers.from_spec(cfg.trainer, data), data
+    return trainers.from_spec(cfg.trainer), None
+
+
+def _child_trainer(cfg_json: str) -> Trainer:
+    """In an isolated trial's process: the same trainer, built from the same settings."""
+    return build_trainer(TuneConfig.model_validate_json(cfg_json))[0]
+
+
+def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
+    """The suggester for `cfg.strategy`, and a line saying what was chosen and why."""
+    from tunepilot.agent.llm import LLMSettings, choose
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.agent.suggest import alternate
+
+    optuna_line = f"{cfg.sampler} sampler, seed {cfg.seed}"
+    if cfg.strategy == "optuna":
+        return None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
+    choice = choose(LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature,
+                                cfg.llm_max_tokens, cfg.llm_timeout, cfg.llm_prices,
+                                cfg.llm_model_path))
+    if choice.model is None:
+        if cfg.strategy != "auto":
+            raise ConfigError(
+                f"Strategy {cfg.strategy!r} needs an LLM, but {choice.reason}. Pass --llm "
+                "openai:MODEL (with OPENAI_API_KEY set, or --llm-base-url URL of an "
+                "OpenAI-compatible server), or use --strategy optuna."
+            )
+        return None, f"strategy: optuna ({optuna_line}); {choice.reason}"
+    strategy = "hybrid" if cfg.strategy == "auto" else cfg.strategy
+    # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
+    # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
+    small = choice.name == "local"
+    llm = LLMSuggester(choice.model, model_name=choice.name, task=task, n_trials=cfg.n_trials,
+                       target=cfg.target, prices=cfg.llm_prices,
+                       attempts=min(cfg.llm_attempts, 2) if small else cfg.llm_attempts,
+                       history_k=3 if small else 5, notes=not small)
+    startup, every = (2, 4) if small else (3, 2)
+    where = f" at {redact(cfg.llm_base_url)}" if cfg.llm_base_url else ""
+    if strategy == "llm":
+        return llm, (f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} "
+                     f"if it fails); {choice.reason}")
+    turns = "every other one" if every == 2 else f"every {every}th"
+    return alternate(llm, startup=startup, every=every), (
+        f"strategy: hybrid ({choice.name}{where} proposes the first {startup} trials, then "
+        f"{turns}; Optuna's {optuna_line} the rest); {choice.reason}")
+
+
+def _task_description(cfg: TuneConfig, notes: list[str]) -> str:
+    from tunepilot import trainers
+
+    if cfg.trainer in trainers.BUILTIN:
+        data = next((n.removeprefix("data: ") for n in notes if n.startswith("data: ")), cfg.data)
+        backend = "PyTorch Lightning" if cfg.trainer == "lightning" else "JAX/Flax/Optax"
+        return (f"Train a click-through-rate model (one embedding per categorical field, "
+                f"concatenated with the dense features, an MLP with ReLU and dropout, one logit; "
+                f"Adam; binary cross-entropy) with {backend} on {data}. Each trial trains "
+                f"{cfg.epochs} epochs and scores its best epoch's validation log-loss.")
+    return (f"Train the user's model {cfg.trainer!r}; each trial reports its validation loss "
+            "after every epoch.")
