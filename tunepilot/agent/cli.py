@@ -22,7 +22,8 @@ from tunepilot.errors import ConfigError
 app = typer.Typer(
     name="tune",
     help="tunepilot: an LLM-driven hyperparameter tuning agent (Optuna fallback).\n\n"
-    "Quick demo: `tune run` tunes a CTR model on synthetic data in about a minute.",
+    "Quick demo: `tune run` tunes a CTR model on synthetic data in about 1.5 minutes, with the "
+    "embedded LLM (or OpenAI when OPENAI_API_KEY is set) and Optuna taking turns.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
