@@ -138,9 +138,10 @@ def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     while time.monotonic() < deadline:  # wait until the trial is running
         time.sleep(0.3)
         try:
-            if optuna.load_study(study_name="toy-sleepy", storage=storage).trials:
-                break
-        except KeyError:
+            if any(t.params for t in optuna.load_study(study_name="toy-sleepy",
+                                                       storage=storage).trials):
+                break  # mid-trial: the config is stored and the trainer runs
+        except Exception:  # the database is still being created
             continue
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -113,9 +113,10 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
-    trials = optuna.load_study(study_name="lightning-synthetic-4000", storage=storage).trials
-    assert [t.state.name for t in trials] == ["FAIL"]
-    assert trials[0].user_attrs["error"]["kind"] == "interrupted"
+    from tunepilot.memory import History, load_study
+
+    [trial] = History.from_study(load_study(storage, "lightning-synthetic-4000"))
+    assert trial.state == "fail" and trial.error["kind"] == "interrupted"
 
 
 def test_rerun_reproduces_a_trial(tmp_path):

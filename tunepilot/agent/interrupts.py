@@ -2,8 +2,9 @@
 
 Python raises KeyboardInterrupt wherever the interpreter happens to be. Inside a C library's
 callback into Python (llama.cpp's log callback, for one) the exception is printed and dropped,
-and the search would run on. So the handler also records the signal, and `check()` raises it
-again at safe points: after each proposal and at each epoch report.
+and the search would run on. So the handler also records the signal, `check()` raises it
+again at safe points (after each proposal, at each epoch report), and if the process is still
+running 5 s later the signal is delivered once more.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 from tunepilot.errors import Terminated
 
 _requested: int | None = None
+_redeliver: threading.Timer | None = None
+REDELIVER_AFTER_S = 5.0
 
 
 def _exception(signum: int) -> KeyboardInterrupt:
@@ -24,8 +27,14 @@ def _exception(signum: int) -> KeyboardInterrupt:
 
 
 def _handler(signum: int, frame: Any) -> None:
-    global _requested
-    if _requested is not None:  # the second signal: give up on a clean stop
+    global _requested, _redeliver
+    if _requested is None:
+        # If the exception below is swallowed (raised inside a C callback or a finalizer), a
+        # second delivery raises it again wherever the interpreter is by then.
+        _redeliver = threading.Timer(REDELIVER_AFTER_S, signal.raise_signal, (signum,))
+        _redeliver.daemon = True
+        _redeliver.start()
+    else:  # delivered again: one more signal after this ends the process at once
         signal.signal(signum, signal.SIG_DFL)
     _requested = signum
     raise _exception(signum)
@@ -40,15 +49,17 @@ def check() -> None:
 @contextlib.contextmanager
 def raising() -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt and SIGTERM raises `Terminated`, reliably."""
-    global _requested
+    global _requested, _redeliver
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    _requested = None
+    _requested, _redeliver = None, None
     try:
         yield
     finally:
+        if _redeliver is not None:
+            _redeliver.cancel()
         for s, h in previous.items():
             signal.signal(s, h)
         _requested = None

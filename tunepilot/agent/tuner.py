@@ -176,7 +176,7 @@ class Tuner:
                            callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({_signal_name(e)})"
-            _fail_if_running(study, e)
+            _record_interrupt(study, e)
         if loop.fatal is not None:
             raise loop.fatal
         reason = loop.reason
@@ -226,6 +226,8 @@ class _Loop:
         self._last_errors: list[str] = []
 
     def objective(self, trial: optuna.Trial) -> float:
+        # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
+        # records it once the stack has unwound (_record_interrupt).
         tuner = self.tuner
         try:
             config = tuner.space.sample(trial)
@@ -251,9 +253,6 @@ class _Loop:
         try:
             result = tuner.trainer(config, report)
         except optuna.TrialPruned:
-            raise
-        except KeyboardInterrupt as e:
-            trial.set_user_attr(attrs.ERROR, {"kind": "interrupted", "message": _signal_name(e)})
             raise
         except ConfigError as e:
             # Bad input fails every trial alike: stop the search and tell the person.
@@ -349,16 +348,24 @@ def llm_tokens(history: History) -> int:
                + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
 
 
-def _fail_if_running(study: optuna.Study, e: KeyboardInterrupt) -> None:
-    """An interrupt between Optuna creating a trial and running it leaves it RUNNING: fail it."""
+def _record_interrupt(study: optuna.Study, e: KeyboardInterrupt) -> None:
+    """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
+    (an interrupt between Optuna creating the trial and running it leaves it RUNNING)."""
     trial_id = getattr(study.sampler, "last_trial_id", None)
     if trial_id is None:
         return
     storage = study._storage
-    if storage.get_trial(trial_id).state == TrialState.RUNNING:
+    trial = storage.get_trial(trial_id)
+    if trial.state == TrialState.RUNNING:
         storage.set_trial_user_attr(trial_id, attrs.ERROR,
                                     {"kind": "interrupted", "message": _signal_name(e)})
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    elif trial.state == TrialState.FAIL and attrs.ERROR not in trial.user_attrs:
+        # Optuna failed it already and a finished trial takes no more attributes: note the
+        # cause on the study, where History finds it.
+        interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
+        interrupted[str(trial.number)] = _signal_name(e)
+        study.set_user_attr(attrs.INTERRUPTED, interrupted)
 
 
 def _signal_name(e: KeyboardInterrupt) -> str:

@@ -25,6 +25,7 @@ NOTES_UPDATE = "notes"  # in LLM: the notes it wrote when proposing this trial
 SETTINGS = "tunepilot:settings"  # the run's config (no secrets) so `tune worker` / resume reuse it
 STOP = "tunepilot:stop"  # set by the worker that reached the target; every worker stops on it
 LAST_STOP = "tunepilot:last_stop"  # why the last run ended, for the report
+INTERRUPTED = "tunepilot:interrupted"  # {trial number: "Ctrl-C" | "SIGTERM"} for FAILed trials
 NOTES = "tunepilot:notes"  # {"text", "trial"}: the agent's current notes
 HINTS = "tunepilot:hints"  # [{"text", "after_trial"}]: what the person told the agent
 WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

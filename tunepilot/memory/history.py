@@ -5,6 +5,7 @@ Built from Optuna's frozen trials in one pass; nothing here writes to the storag
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
@@ -99,7 +100,14 @@ class History(Sequence[TrialRecord]):
         user_attrs = study.user_attrs
         notes = user_attrs.get(attrs.NOTES) or {}
         hints = tuple(h["text"] for h in user_attrs.get(attrs.HINTS) or [])
-        return cls(tuple(TrialRecord.from_frozen(t) for t in sorted(trials, key=_number)),
+        records = [TrialRecord.from_frozen(t) for t in sorted(trials, key=_number)]
+        interrupted = user_attrs.get(attrs.INTERRUPTED) or {}
+        if interrupted:
+            records = [dataclasses.replace(r, error={"kind": "interrupted",
+                                                     "message": interrupted[str(r.number)]})
+                       if str(r.number) in interrupted and r.state == "fail" else r
+                       for r in records]
+        return cls(tuple(records),
                    notes=notes.get("text", ""), hints=hints,
                    warm_start=user_attrs.get(attrs.WARM_START) or {})
 
