@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from tunepilot.agent import interrupts
-from tunepilot.errors import Diverged, TrialFailed
+from tunepilot.errors import TrialFailed
 from tunepilot.trainers.base import Report, Trainer, TrainResult
 
 
@@ -140,4 +140,4 @@ def _child(build: Callable[[], Trainer], config: dict[str, Any], conn: Connectio
         conn.close()
 
 
-__all__ = ["ChildError", "Diverged", "Isolated", "TrialCrashed", "TrialTimeout"]
+__all__ = ["ChildError", "Isolated", "TrialCrashed", "TrialTimeout"]

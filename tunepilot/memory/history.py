@@ -111,10 +111,6 @@ class History(Sequence[TrialRecord]):
                    notes=notes.get("text", ""), hints=hints,
                    warm_start=user_attrs.get(attrs.WARM_START) or {})
 
-    @classmethod
-    def from_trials(cls, trials: Sequence[FrozenTrial]) -> History:
-        return cls(tuple(TrialRecord.from_frozen(t) for t in sorted(trials, key=_number)))
-
     def __len__(self) -> int:
         return len(self.trials)
 
@@ -138,9 +134,6 @@ class History(Sequence[TrialRecord]):
     def best_trial(self) -> TrialRecord | None:
         best = self.best(1)
         return best[0] if best else None
-
-    def recent(self, k: int) -> list[TrialRecord]:
-        return list(self.trials[-k:]) if k > 0 else []
 
     def failures(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.state == "fail"]
