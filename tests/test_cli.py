@@ -160,7 +160,9 @@ def test_report_and_log_are_written_for_a_run(workdir):
     report = workdir / "tunepilot-runs" / "toy-quadratic.html"
     html = report.read_text()
     assert "Stopped:</b> budget of 5 trials used" in html
-    assert "Optimization history" in html and html.count("data:image/png;base64,") == 1
+    # History and the configs' parallel plot (one parameter: no importance).
+    assert "Optimization history" in html and html.count("data:image/png;base64,") == 2
+    assert "Configs of the completed trials" in html
     assert "No LLM was used." in html
     log = (workdir / "tunepilot-runs" / "toy-quadratic.log").read_text()
     assert log.count("[optuna]") == 5 and "run ends: budget of 5 trials used" in log

@@ -77,7 +77,7 @@ def test_kill_9_then_resume_loses_nothing_and_honours_the_budget(workdir):
     def two_done_and_one_running():
         ts = trials(workdir, "toy-slowish")
         return (sum(t.state.name == "COMPLETE" for t in ts) >= 2
-                and any(t.state.name == "RUNNING" for t in ts))
+                and any(t.state.name == "RUNNING" and t.params for t in ts))  # mid-trial
 
     wait_for(two_done_and_one_running)
     proc.send_signal(signal.SIGKILL)
@@ -94,8 +94,10 @@ def test_kill_9_then_resume_loses_nothing_and_honours_the_budget(workdir):
     assert after[running.number].state.name == "FAIL"  # the interrupted trial
     for number, value in completed.items():  # nothing completed is lost
         assert after[number].state.name == "COMPLETE" and after[number].value == value
+    # The killed trial's budget passed to its retry: 8 trials ran to their end, plus the killed.
     finished = [t for t in after.values() if t.state.is_finished()]
-    assert len(finished) == 8 and len(after) == 8
+    assert len(finished) == 9 and len(after) == 9
+    assert sum(t.state.name == "FAIL" for t in finished) == 1
     retried = [t for t in after.values()
                if t.number > running.number and t.params == running.params]
     assert retried and retried[0].state.name == "COMPLETE"  # re-run once with the same config

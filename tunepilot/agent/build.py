@@ -21,8 +21,11 @@ from tunepilot.trainers.base import Trainer
 from tunepilot.trainers.ctr_config import check_ctr_keys
 
 
-def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner, list[str]]:
+def from_config(cfg: TuneConfig, display: Display | None = None,
+                worker: bool = False) -> tuple[Tuner, list[str]]:
     """The `Tuner` a `TuneConfig` describes, and lines that tell the person what was chosen.
+
+    A `worker` joins a study someone else created, so it does not warm-start it again.
 
     The CLI, workers and notebooks all build their tuner here, so a config means the same
     everywhere.
@@ -57,7 +60,7 @@ def from_config(cfg: TuneConfig, display: Display | None = None) -> tuple[Tuner,
                            retry_stale=cfg.retry_interrupted)
     tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(),
                   suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
-                  display=display)
+                  display=display, warm_start=not worker)
     return tuner, notes
 
 

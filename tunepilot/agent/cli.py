@@ -8,6 +8,7 @@ needs them, so `tune --help` stays fast.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import shlex
 import sys
@@ -98,50 +99,198 @@ def run(
         help="Stop when the study's LLM tokens (in + out) reach this many")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed of sampler and training [default: 0]")] = None,
+    n_workers: Annotated[int, typer.Option(
+        help="Worker processes on this machine, sharing the study (needs a PostgreSQL, MySQL "
+        "or journal: storage)", min=1)] = 1,
 ) -> None:
     """Run (or resume) a search."""
+    options = {k: v for k, v in locals().items() if k not in ("config", "n_workers")}
+    _run(config, options, n_workers=n_workers)
+
+
+def create(**kwargs: Any) -> None:
+    """Create a study (its space, task, strategy, target and budgets) for `tune worker`s to
+    run; runs no trial. Takes the same options as `tune run`."""
+    config = kwargs.pop("config")
+    _run(config, kwargs, create_only=True)
+
+
+# `tune create` takes `tune run`'s options (one list to keep), all but --n-workers.
+_run_sig = inspect.signature(run)
+create.__signature__ = _run_sig.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _run_sig.parameters.values() if p.name != "n_workers"])
+create.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "n_workers"}
+app.command()(create)
+
+
+def _run(config: Path | None, options: dict[str, Any], *, n_workers: int = 1,
+         create_only: bool = False) -> None:
     from rich.console import Console
 
     from tunepilot.config import load_config
 
     console = Console(highlight=False, soft_wrap=True)
     with _user_errors():
-        cfg = load_config(config, trainer=trainer, data=data, rows=rows, buckets=buckets, label=label,
-                          categorical=categorical, strategy=strategy, sampler=sampler,
-                          pruner=pruner, llm=llm, llm_base_url=llm_base_url,
-                          llm_model_path=llm_model_path, storage=storage, heartbeat=heartbeat,
-                          study=study, n_trials=n_trials, timeout=timeout,
-                          trial_timeout=trial_timeout, isolate=isolate, target=target,
-                          patience=patience, min_delta=min_delta, llm_budget=llm_budget,
-                          llm_token_budget=llm_token_budget,
-                          epochs=epochs, seed=seed)
-        import optuna
-
-        from tunepilot.agent.display import FileLog, Tee, console_display
-        from tunepilot.agent.build import from_config
-        from tunepilot.memory import redact
-
-        # The display shows every trial, failures included; Optuna's own lines would repeat them.
-        optuna.logging.set_verbosity(optuna.logging.ERROR)
-
-        runs = Path(RUNS_DIR)
-        log = runs / f"{cfg.study_name()}.log"
-        tuner, notes = from_config(cfg, display=Tee(console_display(console), FileLog(log)))
+        cfg = load_config(config, **options)
+        if n_workers > 1 or create_only:
+            _check_shared(cfg.storage, "--n-workers" if n_workers > 1 else "`tune create`")
+        tuner, log, notes = _build(cfg, console)
         for line in notes:
             console.print(line, markup=False)
-        console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
-        from tunepilot.agent import interrupts
+        from tunepilot.memory import redact
 
+        console.print(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}", markup=False)
+        if create_only or n_workers > 1:
+            tuner.study  # noqa: B018 (creates the study and stores its settings)
+            if create_only:
+                console.print("study created; start workers (on any machine that reaches the "
+                              "database) with:\n  " + _worker_command(cfg), markup=False)
+                return
+            result = _run_workers(tuner, cfg, n_workers, console)
+        else:
+            from tunepilot.agent import interrupts
+
+            with interrupts.raising():
+                result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
+                                   patience=cfg.patience, min_delta=cfg.min_delta,
+                                   llm_budget_usd=cfg.llm_budget,
+                                   llm_token_budget=cfg.llm_token_budget)
+    _finish(console, tuner, cfg, result, log)
+
+
+def _build(cfg: Any, console: Any, prefix: str = "", worker: bool = False) -> tuple[Any, Path, list[str]]:
+    import optuna
+
+    from tunepilot.agent.build import from_config
+    from tunepilot.agent.display import FileLog, PlainDisplay, Tee, console_display
+
+    # The display shows every trial, failures included; Optuna's own lines would repeat them.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    log = Path(RUNS_DIR) / f"{cfg.study_name()}.log"
+    shown = PlainDisplay(console, prefix) if prefix else console_display(console)
+    tuner, notes = from_config(cfg, display=Tee(shown, FileLog(log)), worker=worker)
+    return tuner, log, notes
+
+
+def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
+    from tunepilot.agent.report import write_report
+
+    report = write_report(tuner.study, Path(RUNS_DIR) / f"{cfg.study_name()}.html")
+    _print_summary(console, result, cfg.n_trials)
+    console.print(f"report: {report}  log: {log}", markup=False)
+    if result.interrupted:
+        raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
+
+
+def _check_shared(url: str, what: str) -> None:
+    """SQLite allows one writing process; several workers need a shared storage."""
+    if url.startswith("sqlite"):
+        raise ConfigError(
+            f"{what} shares the study with other processes, and SQLite ({url}) allows only one. "
+            "Use a database server: --storage postgresql://USER@HOST:5432/DB or "
+            "mysql+pymysql://USER@HOST:3306/DB (workers on several machines), or --storage "
+            "journal:FILE.log (several processes on one machine)."
+        )
+
+
+def _worker_command(cfg: Any) -> str:
+    from tunepilot.memory import redact
+
+    return shlex.join(["tune", "worker", "--storage", redact(cfg.storage), "--study",
+                       cfg.study_name()])
+
+
+def _run_workers(tuner: Any, cfg: Any, n: int, console: Any) -> Any:
+    """Starts `n` `tune worker` processes on the study and waits for them; Ctrl-C or SIGTERM
+    is passed on to each, which fails its running trial cleanly."""
+    import os
+    import signal
+    import subprocess
+
+    from tunepilot.agent import interrupts
+    from tunepilot.errors import Terminated
+
+    # One core's worth of threads each: on a busy machine more threads per process run slower.
+    threads = str(max(1, (os.cpu_count() or 1) // n))
+    env = {**os.environ, "TUNEPILOT_STORAGE": cfg.storage}  # not in argv: ps shows argv
+    env.setdefault("OMP_NUM_THREADS", threads)
+    console.print(f"starting {n} workers ({env['OMP_NUM_THREADS']} thread(s) each); on other "
+                  f"machines more can join with:\n  {_worker_command(cfg)}", markup=False)
+    before = len(tuner.history().finished())
+    procs = [subprocess.Popen([sys.executable, "-m", "tunepilot.agent.cli", "worker", "--study",
+                               cfg.study_name(), "--name", f"w{i + 1}"], env=env,
+                              start_new_session=True)  # Ctrl-C reaches them through us, once
+             for i in range(n)]
+    interrupted: KeyboardInterrupt | None = None
+    with interrupts.raising():
+        while any(p.poll() is None for p in procs):
+            try:
+                for p in procs:
+                    p.wait()
+            except KeyboardInterrupt as e:
+                interrupted = e
+                sig = signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(sig)
+    codes = [p.returncode for p in procs]
+    if EXIT_BAD_INPUT in codes and interrupted is None:
+        raise ConfigError(f"a worker stopped on bad input (exit codes {codes}); see its error "
+                          "above.")
+    from tunepilot.memory import attrs
+
+    reason = tuner.study.user_attrs.get(attrs.LAST_STOP) or "the workers stopped"
+    if interrupted is not None:
+        reason = f"interrupted ({'SIGTERM' if isinstance(interrupted, Terminated) else 'Ctrl-C'})"
+    return tuner.summary(reason, n_new=len(tuner.history().finished()) - before)
+
+
+@app.command()
+def worker(
+    storage: Annotated[str, typer.Option(
+        envvar="TUNEPILOT_STORAGE", help="The study's storage URL (PostgreSQL, MySQL or "
+        "journal:FILE); or set TUNEPILOT_STORAGE", show_default=False)],
+    study: Annotated[str | None, typer.Option(
+        help="The study to join [default: the only one in the storage]")] = None,
+    name: Annotated[str | None, typer.Option(help="This worker's name in its output lines")] = None,
+    llm: Annotated[str | None, typer.Option(help="Override the study's LLM spec")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="Override its server URL")] = None,
+    llm_model_path: Annotated[str | None, typer.Option(help="GGUF file for --llm local")] = None,
+    isolate: Annotated[bool | None, typer.Option("--isolate/--no-isolate")] = None,
+) -> None:
+    """Join a study made by `tune run` or `tune create` and run its trials until the study's
+    own rules (target, trial and time budgets) stop it. Start as many as you like, anywhere."""
+    from rich.console import Console
+
+    from tunepilot.agent import interrupts
+    from tunepilot.config import TuneConfig
+    from tunepilot.memory import attrs, load_study
+
+    console = Console(highlight=False, soft_wrap=True)
+    with _user_errors():
+        _check_shared(storage, "`tune worker`")
+        study_obj = load_study(storage, study)
+        settings = (study_obj.user_attrs.get(attrs.SETTINGS) or {}).get("config")
+        if settings is None:
+            raise ConfigError(f"Study {study_obj.study_name} was not made by `tune run` or "
+                              "`tune create`, so its trainer and space are unknown; create it "
+                              "with `tune create --storage URL ...` first.")
+        overrides = {"llm": llm, "llm_base_url": llm_base_url, "llm_model_path": llm_model_path,
+                     "isolate": isolate}
+        cfg = TuneConfig.model_validate({**settings, "storage": storage,
+                                         "study": study_obj.study_name,
+                                         **{k: v for k, v in overrides.items() if v is not None}})
+        prefix = f"[{name or 'worker'}] "
+        tuner, log, notes = _build(cfg, console, prefix=prefix, worker=True)
+        console.print(f"{prefix}joined study {cfg.study_name()}; " + "; ".join(
+            n for n in notes if n.startswith("strategy")), markup=False)
         with interrupts.raising():
             result = tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
                                patience=cfg.patience, min_delta=cfg.min_delta,
                                llm_budget_usd=cfg.llm_budget,
                                llm_token_budget=cfg.llm_token_budget)
-    from tunepilot.agent.report import write_report
-
-    report = write_report(tuner.study, runs / f"{cfg.study_name()}.html")
-    _print_summary(console, result, cfg.n_trials)
-    console.print(f"report: {report}  log: {log}", markup=False)
+    console.print(f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
+                  f"{result.n_finished} finished in the study", markup=False)
     if result.interrupted:
         raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
 

@@ -30,6 +30,10 @@ class Display:
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None: ...
 
+    def waiting(self, running: list[int]) -> None:
+        """The trial budget is taken; this worker waits for `running` (other workers' trials),
+        in case one of them dies and its trial is queued again."""
+
     def finish(self, result: TuneResult) -> None: ...
 
 
@@ -63,19 +67,29 @@ def trial_line(record: TrialRecord, history: History) -> str:
 class PlainDisplay(Display):
     """One line per trial, for logs and pipes."""
 
-    def __init__(self, console: Console | None = None):
+    def __init__(self, console: Console | None = None, prefix: str = ""):
         from rich.console import Console
 
         self.console = console or Console(highlight=False, soft_wrap=True)
+        self.prefix = prefix  # e.g. "[w2] ": which worker printed the line
+        self._waiting_for: list[int] | None = None
 
     def start(self, study: str, n_trials: int, history: History) -> None:
         done = len(history.finished())
         resumed = f" (resuming: {done} trials done)" if done else ""
-        self.console.print(f"study {study}: up to {n_trials} trials{resumed}")
+        self.console.print(f"{self.prefix}study {study}: up to {n_trials} trials{resumed}",
+                           markup=False)
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         if record is not None:
-            self.console.print(trial_line(record, history), markup=False)
+            self.console.print(self.prefix + trial_line(record, history), markup=False)
+
+    def waiting(self, running: list[int]) -> None:
+        if running != self._waiting_for:  # once per change, not per poll
+            self._waiting_for = running
+            self.console.print(f"{self.prefix}budget taken; waiting for running trials "
+                               f"{', '.join(f'#{n}' for n in running)} (a killed one is re-run)",
+                               markup=False)
 
 
 class LiveDisplay(PlainDisplay):
@@ -154,6 +168,10 @@ class Tee(Display):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         for d in self.displays:
             d.trial_end(record, history)
+
+    def waiting(self, running: list[int]) -> None:
+        for d in self.displays:
+            d.waiting(running)
 
     def finish(self, result: TuneResult) -> None:
         for d in self.displays:

@@ -14,14 +14,11 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunepilot.agent import plots
 from tunepilot.memory import History, attrs
 
 if TYPE_CHECKING:
     import optuna
-
-_COLORS = {"llm": "#1f77b4", "fallback": "#ff7f0e", "optuna": "#2ca02c", "enqueued": "#9467bd",
-           "human": "#8c564b"}
-
 
 def write_report(study: optuna.Study, path: str | Path) -> Path:
     """Writes the report of `study` to `path` (HTML) and returns the path."""
@@ -52,12 +49,17 @@ def render_html(study: optuna.Study, history: History) -> str:
                      + _table(["parameter", "value"], [[k, v] for k, v in config.items()]))
         if best.rationale:
             parts.append(f"<p><i>Why the agent proposed it:</i> {_e(best.rationale)}</p>")
-    parts.append("<h2>Optimization history</h2>" + _img(_history_plot(history)))
-    importance = _importance(study)
+    parts.append("<h2>Optimization history</h2>" + _img(_png(plots.history_figure(history))))
+    importance = plots.importance(study)
     if importance:
-        parts.append("<h2>Parameter importance (fANOVA)</h2>" + _img(_importance_plot(importance)))
+        parts.append("<h2>Parameter importance (fANOVA)</h2>"
+                     + _img(_png(plots.importance_figure(importance))))
     if any(t.curve for t in history.best(5)):
-        parts.append("<h2>Learning curves of the best trials</h2>" + _img(_curves_plot(history)))
+        parts.append("<h2>Learning curves of the best trials</h2>"
+                     + _img(_png(plots.curves_figure(history))))
+    if len(history.completed()) >= 2:
+        parts.append("<h2>Configs of the completed trials</h2>"
+                     + _img(_png(plots.parallel_figure(history))))
     parts.append(_llm_section(history))
     parts.append(_failures_section(history))
     if history.notes:
@@ -110,77 +112,9 @@ def _failures_section(history: History) -> str:
         ["kind", "trials", "example"], [[k, n, examples[k][:120]] for k, n in kinds.items()])
 
 
-def _importance(study: optuna.Study) -> dict[str, float]:
-    import optuna
-
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
-    if len(complete) < 3 or len(study.best_params) < 2:
-        return {}
-    try:
-        return optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError):  # e.g. every trial has the same value
-        return {}
-
-
-def _figure() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files, not windows: works on a server with no display
-    import matplotlib.pyplot as plt
-
-    return plt.subplots(figsize=(9, 4), dpi=100)
-
-
-def _history_plot(history: History) -> bytes:
-    fig, ax = _figure()
-    done = history.completed()
-    for proposer in sorted({t.proposer or "?" for t in done}):
-        pts = [t for t in done if (t.proposer or "?") == proposer]
-        ax.scatter([t.number for t in pts], [t.value for t in pts], s=22,
-                   color=_COLORS.get(proposer, "#7f7f7f"), label=proposer)
-    best, xs, ys = float("inf"), [], []
-    for t in sorted(done, key=lambda t: t.number):
-        best = min(best, t.value)
-        xs.append(t.number)
-        ys.append(best)
-    ax.step(xs, ys, where="post", color="black", linewidth=1.2, label="best so far")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("validation loss")
-    ax.legend(loc="upper right", fontsize=8)
-    return _png(fig)
-
-
-def _importance_plot(importance: dict[str, float]) -> bytes:
-    fig, ax = _figure()
-    names = list(importance)[::-1]
-    ax.barh(names, [importance[n] for n in names], color="#1f77b4")
-    ax.set_xlabel("importance (share of the variance of the validation loss)")
-    return _png(fig)
-
-
-def _curves_plot(history: History) -> bytes:
-    fig, ax = _figure()
-    for t in history.best(5):
-        if t.curve:
-            ax.plot(range(1, len(t.curve) + 1), t.curve, marker="o", label=f"#{t.number}")
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("validation loss")
-    ax.legend(fontsize=8)
-    return _png(fig)
-
-
 def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    for ax in fig.axes:
-        if ax.get_xlabel() in ("trial", "epoch"):
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
     buffer = io.BytesIO()
-    fig.tight_layout()
     fig.savefig(buffer, format="png")
-    plt.close(fig)
     return buffer.getvalue()
 
 

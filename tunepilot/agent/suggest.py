@@ -14,7 +14,8 @@ through the study's storage alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,12 +24,14 @@ from optuna.samplers import BaseSampler
 
 from tunepilot.agent import interrupts
 from tunepilot.errors import ConfigError, TuneError, did_you_mean
-from tunepilot.memory import History, attrs
+from tunepilot.memory import History, TrialRecord, attrs
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
     from optuna.trial import FrozenTrial, TrialState
+
+    from tunepilot.memory.lock import StudyLock
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,16 @@ def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Sugg
 
 
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
+_CLASH_ATTEMPTS = 2  # asks of the suggester when another worker took its config meanwhile
 
 
 def optuna_sampler(name: str, seed: int | None = None) -> BaseSampler:
     """An Optuna sampler by name: tpe (default), random, cmaes, gp."""
     name = name.lower()
     if name == "tpe":
-        # multivariate: lr and batch size interact; independent TPE misses that.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+        # multivariate: lr and batch size interact; independent TPE misses that. constant_liar:
+        # trials running on other workers count as bad, so workers spread out.
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
@@ -105,10 +110,22 @@ class AgentSampler(BaseSampler):
     """
 
     def __init__(self, space: SearchSpace, suggester: Suggester | None = None,
-                 fallback: BaseSampler | None = None):
+                 fallback: BaseSampler | None = None, *,
+                 fallback_for_trial: Callable[[int], BaseSampler] | None = None,
+                 lock: StudyLock | None = None,
+                 on_created: Callable[[FrozenTrial], None] | None = None):
+        """`fallback_for_trial(number)`, when given, makes the fallback for each trial: seeded
+        by the trial number, parallel workers never replay one another's proposals. `lock` (the
+        study's) makes "is this config already running?" and recording it one step across
+        workers. `on_created` runs once Optuna has created a trial, before anything is sampled.
+        """
         self.space = space
         self.suggester = suggester
-        self.fallback = fallback or optuna.samplers.TPESampler(multivariate=True)
+        self.fallback_for_trial = fallback_for_trial
+        self.fallback = fallback or (fallback_for_trial(0) if fallback_for_trial else
+                                     optuna.samplers.TPESampler(multivariate=True))
+        self.lock = lock
+        self.on_created = on_created
         self.last_trial_id: int | None = None  # the trial this process started last
 
     def infer_relative_search_space(self, study: optuna.Study,
@@ -121,17 +138,35 @@ class AgentSampler(BaseSampler):
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if self.suggester is None or _is_enqueued(trial):
             return self.fallback.sample_relative(study, trial, search_space)
-        try:
-            # The trial being proposed is RUNNING with no params yet: leave it out.
-            suggestion = self.suggester(self.space, History.from_study(study, exclude=trial.number))
-            interrupts.check()  # a Ctrl-C that arrived inside a model's C code
-        except SuggestionFailed as e:
-            record = {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: str(e)}
-            _set_attrs(study, trial, {**record, **e.meta})
-            return self._fallback_relative(study, trial)
-        if suggestion is None:
-            _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
-            return self._fallback_relative(study, trial)
+        # The trial being proposed is RUNNING with no params yet: leave it out.
+        history = History.from_study(study, exclude=trial.number)
+        for attempt in range(_CLASH_ATTEMPTS):
+            try:
+                suggestion = self.suggester(self.space, history)
+                interrupts.check()  # a Ctrl-C that arrived inside a model's C code
+            except SuggestionFailed as e:
+                record = {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: str(e)}
+                _set_attrs(study, trial, {**record, **e.meta})
+                return self._fallback_relative(study, trial)
+            if suggestion is None:
+                _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
+                return self._fallback_relative(study, trial)
+            # Another worker may have started the same config while the model was thinking:
+            # check and record as one step, so the check holds for everyone.
+            with self.lock or contextlib.nullcontext():
+                history = History.from_study(study, exclude=trial.number)
+                clash = _same_config(history, suggestion.params)
+                if clash is None:
+                    self._record(study, trial, suggestion)
+                    return dict(suggestion.params)
+        reason = (f"the suggester proposed a config that trial #{clash.number} is already "
+                  f"{'running' if clash.state == 'running' else 'done with'} "
+                  f"{_CLASH_ATTEMPTS} times")
+        _set_attrs(study, trial, {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: reason,
+                                  **suggestion.meta})
+        return self._fallback_relative(study, trial)
+
+    def _record(self, study: optuna.Study, trial: FrozenTrial, suggestion: Suggestion) -> None:
         # Two writes, not one per field: each is a round trip (and a commit) to the storage.
         agent = dict(suggestion.meta.get(attrs.LLM, {}))
         if suggestion.rationale:
@@ -139,9 +174,9 @@ class AgentSampler(BaseSampler):
         if suggestion.notes:
             agent[attrs.NOTES_UPDATE] = suggestion.notes
             study.set_user_attr(attrs.NOTES, {"text": suggestion.notes, "trial": trial.number})
-        record = {**suggestion.meta, attrs.PROPOSER: suggestion.proposer, attrs.LLM: agent}
+        record = {**suggestion.meta, attrs.PROPOSER: suggestion.proposer, attrs.LLM: agent,
+                  attrs.PROPOSED: dict(suggestion.params)}
         _set_attrs(study, trial, record)
-        return dict(suggestion.params)
 
     def _fallback_relative(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
         fallback_space = self.fallback.infer_relative_search_space(study, trial)
@@ -153,6 +188,10 @@ class AgentSampler(BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.last_trial_id = trial._trial_id
+        if self.on_created is not None:
+            self.on_created(trial)
+        if self.fallback_for_trial is not None:
+            self.fallback = self.fallback_for_trial(trial.number)
         if attrs.PROPOSER not in trial.user_attrs:
             if _is_enqueued(trial):
                 _set_attrs(study, trial, {attrs.PROPOSER: "enqueued"})
@@ -166,6 +205,12 @@ class AgentSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.fallback.reseed_rng()
+
+
+def _same_config(history: History, params: Mapping[str, Any]) -> TrialRecord | None:
+    """A running or finished trial with exactly this config, if any."""
+    key = TrialRecord(-1, "", params, None).key
+    return next((t for t in history if t.params and t.state != "waiting" and t.key == key), None)
 
 
 def _is_enqueued(trial: FrozenTrial) -> bool:

@@ -7,6 +7,7 @@ study's storage. The storage is the only state: a new `Tuner` on the same study 
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 import warnings
@@ -24,6 +25,7 @@ from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
 from tunepilot.errors import ConfigError, Terminated, TrialFailed, did_you_mean
 from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, open_study
 from tunepilot.memory.environment import device, versions
+from tunepilot.memory.lock import StudyLock
 from tunepilot.memory.lookup import warm_start
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer, TrainResult, check_finite
@@ -95,6 +97,18 @@ class Tuner:
         self.display = display or Display()
         self.warm_start = warm_start
         self._study: optuna.Study | None = None
+        self.lock = StudyLock(self.storage, study)
+        self._gate_held = False  # the lock, taken before Optuna creates the next trial
+        self._early_beat = _EarlyHeartbeat(self.storage)
+
+    def _created(self, trial: optuna.trial.FrozenTrial) -> None:
+        # Optuna has created (numbered) the trial the gate admitted: other workers may count.
+        if self._gate_held:
+            self._gate_held = False
+            self.lock.release()
+        # Optuna's heartbeat starts once the config is chosen, which can take an LLM a minute;
+        # a worker killed before then would leave a trial RUNNING forever. Beat from now on.
+        self._early_beat.start(trial._trial_id)
 
     @property
     def study(self) -> optuna.Study:
@@ -104,10 +118,22 @@ class Tuner:
             # Offset the seed by the trials already run, so a resumed search does not replay
             # the same random proposals.
             done = len(study.get_trials(deepcopy=False))
-            seed = None if self.seed is None else self.seed + done
-            fallback = (optuna_sampler(self.sampler, seed) if isinstance(self.sampler, str)
-                        else self.sampler)
-            study.sampler = AgentSampler(self.space, self.suggester, fallback)
+            if isinstance(self.sampler, str):
+                # Seeded by trial number: a resumed search does not replay its proposals, and
+                # parallel workers (each with the same seed) do not replay one another's.
+                name, seed = self.sampler, self.seed
+
+                def fallback_for_trial(number: int) -> optuna.samplers.BaseSampler:
+                    # Spread apart, so seed 1 is not seed 0 shifted by one trial.
+                    return optuna_sampler(name, None if seed is None
+                                          else (seed * 1_000_003 + number) % 2**32)
+
+                study.sampler = AgentSampler(self.space, self.suggester,
+                                             fallback_for_trial=fallback_for_trial,
+                                             lock=self.lock, on_created=self._created)
+            else:
+                study.sampler = AgentSampler(self.space, self.suggester, self.sampler,
+                                             lock=self.lock, on_created=self._created)
             if self.settings:
                 if done == 0 and self.warm_start:
                     self._warm_start(study)
@@ -157,26 +183,34 @@ class Tuner:
         self.display.start(self.study_name, n_trials, history)
         if target is not None and best is not None and best.value <= target:
             return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
-        if study.user_attrs.get(attrs.STOP):
-            study.set_user_attr(attrs.STOP, None)  # a new run with a new goal starts clean
-        remaining = n_trials - len(history.finished())
-        if remaining <= 0:
+        if study.user_attrs.get(attrs.STOP) and not history.running():
+            # A new run with a new goal starts clean (not while other workers are running).
+            study.set_user_attr(attrs.STOP, None)
+        if len(history.finished()) >= n_trials and not history.running():
             return self._finish(f"budget of {n_trials} trials already used", 0)
-        # The time budget is the study's, like the trial budget: a resumed run gets what the
-        # finished trials did not use.
-        spent = sum(t.duration_s or 0.0 for t in history.finished())
+        # The time budget is the study's, like the trial budget: a resumed run, or a worker that
+        # joins late, gets what the study has left. Parallel trials count once.
+        spent = history.wall_time_s()
         time_left = None if timeout is None else timeout - spent
         if time_left is not None and time_left <= 0:
             return self._finish(f"time budget of {timeout:g} s already used ({spent:.0f} s)", 0)
 
-        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget)
+        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget,
+                     timeout)
         start = time.monotonic()
         try:
-            study.optimize(loop.objective, n_trials=remaining, timeout=time_left,
-                           callbacks=[loop.after_trial], catch=(Exception,))
+            if loop.admit(study, in_optimize=False):
+                # No n_trials here: the gate counts the trials of every worker.
+                study.optimize(loop.objective, timeout=time_left, callbacks=[loop.after_trial],
+                               catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({_signal_name(e)})"
-            _record_interrupt(study, e)
+            _record_interrupt(study, e, self.lock)
+        finally:
+            self._early_beat.stop()
+            if self._gate_held:
+                self._gate_held = False
+                self.lock.release()
         if loop.fatal is not None:
             raise loop.fatal
         reason = loop.reason
@@ -188,9 +222,15 @@ class Tuner:
 
     def _finish(self, reason: str, n_new: int) -> TuneResult:
         self.study.set_user_attr(attrs.LAST_STOP, reason)
+        result = self.summary(reason, n_new)
+        self.display.finish(result)
+        return result
+
+    def summary(self, reason: str, n_new: int = 0) -> TuneResult:
+        """The study as it stands, as a `TuneResult` that says it stopped for `reason`."""
         history = History.from_study(self.study)
         best = history.best_trial
-        result = TuneResult(
+        return TuneResult(
             study_name=self.study_name,
             stop_reason=reason,
             best_value=best.value if best else None,
@@ -203,8 +243,6 @@ class Tuner:
             terminated=reason.startswith("interrupted (SIGTERM"),
             history=history,
         )
-        self.display.finish(result)
-        return result
 
 
 class _Loop:
@@ -212,8 +250,10 @@ class _Loop:
 
     def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
                  patience: int | None = None, min_delta: float = 0.0,
-                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None):
+                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None,
+                 timeout: float | None = None):
         self.tuner = tuner
+        self.timeout = timeout
         self.llm_token_budget = llm_token_budget
         self.n_trials = n_trials
         self.target = target
@@ -229,6 +269,7 @@ class _Loop:
         # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
         # records it once the stack has unwound (_record_interrupt).
         tuner = self.tuner
+        tuner._early_beat.stop()  # Optuna's own heartbeat runs from here
         try:
             config = tuner.space.sample(trial)
         except Exception as e:
@@ -266,6 +307,12 @@ class _Loop:
         if not isinstance(result, TrainResult):
             raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
         check_finite(len(result.curve), result.best_val_loss)
+        if self.target is not None and result.best_val_loss <= self.target:
+            # Before Optuna records the value: from here on no worker's gate admits a trial.
+            with tuner.lock:
+                trial.study.set_user_attr(attrs.STOP, (
+                    f"target {self.target:g} reached by trial {trial.number} "
+                    f"({result.best_val_loss:.4g})"))
         trial.set_user_attr(attrs.TRAIN, {
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
@@ -278,41 +325,90 @@ class _Loop:
 
     def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
         self.n_new += 1
-        history = History.from_study(study)
-        self.tuner.display.trial_end(history[frozen.number] if frozen.number < len(history)
-                                     else None, history)
-        stop = study.user_attrs.get(attrs.STOP)
+        self.admit(study, finished=frozen)
+
+    def admit(self, study: optuna.Study, in_optimize: bool = True,
+              finished: optuna.trial.FrozenTrial | None = None) -> bool:
+        """May this worker start another trial? Asked under the study lock, which is kept until
+        Optuna has created the trial: so with any number of workers, the study never holds more
+        than `n_trials` trials, and none starts after another worker reached the target.
+        `finished`: the trial this worker just ended, shown and judged by the stopping rules
+        from the same read of the history (one read per trial, not two)."""
+        tuner = self.tuner
+        while True:
+            tuner.lock.acquire()
+            try:
+                history = History.from_study(study)
+                if finished is not None:
+                    tuner.display.trial_end(history[finished.number]
+                                            if finished.number < len(history) else None, history)
+                    self.reason = self._after_trial_reason(study, history, finished)
+                    finished = None
+                self.reason = self.reason or self._gate_reason(history)
+            except BaseException:
+                tuner.lock.release()
+                raise
+            others = [t for t in history.running() if not t.user_attrs.get(attrs.ASK_TELL)]
+            if not (self.reason and self.reason.startswith("budget") and others
+                    and is_heartbeat_enabled(study._storage)):
+                break
+            # The budget is taken, but by trials still running elsewhere: if one of their
+            # workers died, its trial turns stale and is queued again, and this worker should
+            # run it. Wait for them. (Trials of a person's own loop have no heartbeat: not them.)
+            self.reason = None
+            tuner.lock.release()
+            tuner.display.waiting([t.number for t in others])
+            time.sleep(study._storage.get_heartbeat_interval() or 10)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+        if self.reason is not None:
+            tuner.lock.release()
+            if in_optimize:  # Optuna refuses stop() outside optimize()
+                study.stop()
+            return False
+        tuner._gate_held = True
+        return True
+
+    def _after_trial_reason(self, study: optuna.Study, history: History,
+                            frozen: optuna.trial.FrozenTrial) -> str | None:
+        """The stopping rules that look at the trial that just ended."""
         if (self.target is not None and frozen.state == TrialState.COMPLETE
                 and frozen.value is not None and frozen.value <= self.target):
-            self.reason = (f"target {self.target:g} reached by trial {frozen.number} "
-                           f"({frozen.value:.4g})")
-            study.set_user_attr(attrs.STOP, self.reason)  # tells the other workers
-            study.stop()
-        elif stop:
-            self.reason = f"stopped by another worker: {stop}"
-            study.stop()
-        elif len(history.finished()) >= self.n_trials:
-            self.reason = f"budget of {self.n_trials} trials used"
-            study.stop()
-        elif self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
+            reason = f"target {self.target:g} reached by trial {frozen.number} ({frozen.value:.4g})"
+            if not history.stop:
+                study.set_user_attr(attrs.STOP, reason)  # tells the other workers
+            return reason
+        if history.stop:
+            return f"stopped by another worker: {history.stop}"
+        if self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
                 >= self.patience:
-            self.reason = (f"plateau: {stale} finished trials without an improvement of "
-                           f"{self.min_delta:g} or more")
-            study.stop()
-        elif self.llm_budget_usd is not None and (spent := llm_spend(history)) \
+            return (f"plateau: {stale} finished trials without an improvement of "
+                    f"{self.min_delta:g} or more")
+        if self.llm_budget_usd is not None and (spent := llm_spend(history)) \
                 >= self.llm_budget_usd:
-            self.reason = (f"LLM spend ${spent:.4f} reached the budget of "
-                           f"${self.llm_budget_usd:g}")
-            study.stop()
-        elif self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
+            return f"LLM spend ${spent:.4f} reached the budget of ${self.llm_budget_usd:g}"
+        if self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
                 >= self.llm_token_budget:
-            self.reason = f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
-            study.stop()
-        elif self._failing_alike(frozen):
+            return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
+        if self._failing_alike(frozen):
             error = frozen.user_attrs.get(attrs.ERROR, {})
-            self.reason = (f"the last {_REPEATED_FAILURES} trials failed with the same error "
-                           f"({error.get('message')}); this looks like a bug in the trainer")
-            study.stop()
+            return (f"the last {_REPEATED_FAILURES} trials failed with the same error "
+                    f"({error.get('message')}); this looks like a bug in the trainer")
+        return None
+
+    def _gate_reason(self, history: History) -> str | None:
+        """The stopping rules of the whole study, checked before each new trial."""
+        best = history.best_trial
+        if history.stop:
+            return f"stopped by another worker: {history.stop}"
+        if self.target is not None and best is not None and best.value <= self.target:
+            return f"target {self.target:g} reached by trial {best.number} ({best.value:.4g})"
+        if history.budget_used() >= self.n_trials:
+            return f"budget of {self.n_trials} trials used"
+        if self.timeout is not None and history.wall_time_s() >= self.timeout:
+            return f"time budget of {self.timeout:g} s used"
+        return None
 
     def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
         error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
@@ -323,6 +419,33 @@ class _Loop:
         self._last_errors.append(error.get("message", ""))
         tail = self._last_errors[-_REPEATED_FAILURES:]
         return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+class _EarlyHeartbeat:
+    """Heartbeats for a trial from its creation until Optuna's own heartbeat takes over."""
+
+    def __init__(self, storage: Any):
+        self.storage = storage
+        self._stop: threading.Event | None = None
+
+    def start(self, trial_id: int) -> None:
+        self.stop()
+        if not is_heartbeat_enabled(self.storage):
+            return
+        stop = self._stop = threading.Event()
+        interval = self.storage.get_heartbeat_interval()
+        self.storage.record_heartbeat(trial_id)
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                self.storage.record_heartbeat(trial_id)
+
+        threading.Thread(target=beat, daemon=True, name="tunepilot-early-heartbeat").start()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
 
 
 def _trials_since_improvement(history: History, min_delta: float) -> int:
@@ -348,7 +471,7 @@ def llm_tokens(history: History) -> int:
                + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
 
 
-def _record_interrupt(study: optuna.Study, e: KeyboardInterrupt) -> None:
+def _record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> None:
     """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
     (an interrupt between Optuna creating the trial and running it leaves it RUNNING)."""
     trial_id = getattr(study.sampler, "last_trial_id", None)
@@ -363,9 +486,10 @@ def _record_interrupt(study: optuna.Study, e: KeyboardInterrupt) -> None:
     elif trial.state == TrialState.FAIL and attrs.ERROR not in trial.user_attrs:
         # Optuna failed it already and a finished trial takes no more attributes: note the
         # cause on the study, where History finds it.
-        interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
-        interrupted[str(trial.number)] = _signal_name(e)
-        study.set_user_attr(attrs.INTERRUPTED, interrupted)
+        with lock:  # other workers write this attr too
+            interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
+            interrupted[str(trial.number)] = _signal_name(e)
+            study.set_user_attr(attrs.INTERRUPTED, interrupted)
 
 
 def _signal_name(e: KeyboardInterrupt) -> str:

@@ -12,6 +12,10 @@ PROPOSER = "proposer"  # who proposed the config: a Proposer
 FALLBACK_REASON = "fallback_reason"  # why the suggester did not propose this trial
 ERROR = "error"  # {"kind": ..., "message": ...} for a FAIL trial
 TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finished trial
+# The config a suggester proposed, written (under the study lock) before Optuna stores the
+# params, so other workers see it as running from that instant.
+PROPOSED = "proposed"
+ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.suggest / report)
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 

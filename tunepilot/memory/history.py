@@ -30,6 +30,9 @@ class TrialRecord:
     value: float | None  # the best validation loss of a complete trial
     curve: tuple[float, ...] = ()  # validation loss per reported epoch
     duration_s: float | None = None
+    start: float | None = None  # POSIX time the trial started (None while waiting)
+    end: float | None = None  # POSIX time it finished (None while running)
+    retry_of: tuple[int, ...] = ()  # the killed trials this one re-runs (Optuna's retry history)
     proposer: str | None = None
     rationale: str | None = None
     error: Mapping[str, str] | None = None  # {"kind", "message"} of a failed trial
@@ -68,10 +71,15 @@ class TrialRecord:
         return cls(
             number=t.number,
             state=t.state.name.lower(),
-            params=dict(t.params),
+            # A running trial whose params are not stored yet shows what was proposed for it.
+            params=dict(t.params) or (dict(t.user_attrs.get(attrs.PROPOSED) or {})
+                                      if t.state.name == "RUNNING" else {}),
             value=t.value if t.state.name == "COMPLETE" else None,
             curve=curve,
             duration_s=duration,
+            start=t.datetime_start.timestamp() if t.datetime_start else None,
+            end=t.datetime_complete.timestamp() if t.datetime_complete else None,
+            retry_of=tuple(t.system_attrs.get("retry_history") or ()),
             proposer=t.user_attrs.get(attrs.PROPOSER),
             rationale=(t.user_attrs.get(attrs.LLM) or {}).get(attrs.RATIONALE),
             error=error,
@@ -92,6 +100,7 @@ class History(Sequence[TrialRecord]):
     notes: str = ""  # the agent's notes so far
     hints: tuple[str, ...] = ()  # what the person told the agent, oldest first
     warm_start: Mapping[str, Any] = field(default_factory=dict)  # from a finished study
+    stop: str | None = None  # why a worker stopped the whole study (target reached), if one did
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
@@ -109,7 +118,8 @@ class History(Sequence[TrialRecord]):
                        for r in records]
         return cls(tuple(records),
                    notes=notes.get("text", ""), hints=hints,
-                   warm_start=user_attrs.get(attrs.WARM_START) or {})
+                   warm_start=user_attrs.get(attrs.WARM_START) or {},
+                   stop=user_attrs.get(attrs.STOP))
 
     def __len__(self) -> int:
         return len(self.trials)
@@ -140,6 +150,47 @@ class History(Sequence[TrialRecord]):
 
     def running(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.state == "running"]
+
+    def to_frame(self) -> Any:
+        """The trials as a pandas DataFrame: one row per trial, one column per parameter."""
+        import pandas as pd
+
+        names = sorted({k for t in self.trials for k in t.params})
+        rows = [{"number": t.number, "state": t.state, "value": t.value,
+                 "proposer": t.proposer, "duration_s": t.duration_s,
+                 **{f"params_{k}": t.params.get(k) for k in names},
+                 "epochs": len(t.curve), "rationale": t.rationale,
+                 "error": (t.error or {}).get("message")} for t in self.trials]
+        columns = ["number", "state", "value", "proposer", "duration_s",
+                   *(f"params_{k}" for k in names), "epochs", "rationale", "error"]
+        return pd.DataFrame(rows, columns=columns).set_index("number")
+
+    def budget_used(self) -> int:
+        """Trials that count against the trial budget: every started trial, except a killed one
+        whose retry (same config) is queued or running: the retry takes its place."""
+        retried = {n for t in self.trials for n in t.retry_of}
+        return sum(1 for t in self.trials if t.state != "waiting" and t.number not in retried)
+
+    def wall_time_s(self, now: float | None = None) -> float:
+        """Seconds during which at least one trial of the study was running (all runs and
+        workers together): parallel trials count once, gaps between runs not at all."""
+        import time
+
+        now = time.time() if now is None else now
+        spans = sorted((t.start, t.end or now) for t in self.trials
+                       if t.start is not None and t.state in ("complete", "pruned", "fail",
+                                                               "running"))
+        total, cur_start, cur_end = 0.0, None, None
+        for s, e in spans:
+            if cur_end is None or s > cur_end:
+                if cur_end is not None:
+                    total += cur_end - cur_start
+                cur_start, cur_end = s, e
+            else:
+                cur_end = max(cur_end, e)
+        if cur_end is not None:
+            total += cur_end - cur_start
+        return total
 
 
 def _number(t: FrozenTrial) -> int:

@@ -51,15 +51,18 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             f"workers), or journal:FILE.log (several processes on one machine).{_url_hint(url)}"
         )
     beat: dict[str, Any] = {}
+    if url in ("sqlite://", "sqlite:///:memory:"):
+        heartbeat_s = None  # dies with this process: nothing to recover; and one thread only
     if heartbeat_s:
         from optuna.storages import RetryHeartbeatStaleTrialCallback
 
         beat = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s}
+        retry = None
         if retry_stale:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                beat["heartbeat_stale_trial_callback"] = RetryHeartbeatStaleTrialCallback(
-                    max_retry=retry_stale)
+                retry = RetryHeartbeatStaleTrialCallback(max_retry=retry_stale)
+        beat["heartbeat_stale_trial_callback"] = _StaleTrial(retry, 3 * heartbeat_s)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -108,6 +111,33 @@ def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> 
             "--study NAME."
         )
     return optuna.load_study(study_name=name, storage=storage)
+
+
+class _StaleTrial:
+    """Runs when a worker finds another worker's trial silent past the grace period (the
+    process was killed, or its machine lost): says so on the study, where `History` finds it
+    (a FAILed trial takes no more attributes), then queues the retry if there is one."""
+
+    def __init__(self, retry: Any, grace_s: int):
+        self.retry = retry
+        self.grace_s = grace_s
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        from tunepilot.memory import attrs
+        from tunepilot.memory.lock import StudyLock
+
+        lock = StudyLock(study._storage, study.study_name)
+        try:
+            with lock:  # read-modify-write of a study attr other workers also write
+                interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
+                interrupted[str(trial.number)] = (
+                    f"its worker stopped sending heartbeats for {self.grace_s} s (killed, or "
+                    "its machine was lost)")
+                study.set_user_attr(attrs.INTERRUPTED, interrupted)
+        finally:
+            lock.close()
+        if self.retry is not None:
+            self.retry(study, trial)
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

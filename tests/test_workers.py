@@ -1,0 +1,215 @@
+"""Several worker processes on one study, on the real PostgreSQL and MariaDB servers.
+
+Every test here starts real `tune worker` (or `tune run --n-workers`) processes; the trials are
+a toy that sleeps, so several run at the same time on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from tests.conftest import ROOT, TUNE, run_tune, server_url, toy_workdir
+
+TOY = """
+import os, time
+from pathlib import Path
+
+def slowish(config, report):
+    # A marker file per worker process while a trial runs, so a test can kill it mid-trial.
+    mark = Path(f"running-{os.getpid()}")
+    mark.write_text("")
+    try:
+        for epoch in (1, 2):
+            time.sleep(0.15)
+            report(epoch, (config["x"] - 2.0) ** 2 + 1.0 / epoch)
+        return (config["x"] - 2.0) ** 2
+    finally:
+        mark.unlink()
+"""
+
+
+@pytest.fixture(params=["postgresql", "mysql"])
+def server(request: pytest.FixtureRequest) -> str:
+    return server_url(request.param)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return toy_workdir(tmp_path, TOY)
+
+
+def worker(workdir: Path, url: str, study: str, name: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}", "TUNEPILOT_STORAGE": url}
+    return subprocess.Popen([*TUNE, "worker", "--study", study, "--name", name], cwd=workdir,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def create(workdir: Path, url: str, study: str, *args: str) -> None:
+    done = run_tune("create", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
+                    "--pruner", "none", "--storage", url, "--study", study, *args, cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert "tune worker --storage" in done.stdout
+
+
+def overlapping(trials: list[optuna.trial.FrozenTrial]) -> list[tuple[int, int]]:
+    """Pairs of trials that ran at the same time."""
+    return [(a.number, b.number) for a in trials for b in trials if a.number < b.number
+            and a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete]
+
+
+def test_four_workers_share_one_study(workdir, server, study_name):
+    create(workdir, server, study_name, "--n-trials", "16")
+    procs = [worker(workdir, server, study_name, f"w{i}") for i in range(4)]
+    outputs = [p.communicate(timeout=240)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, outputs
+
+    trials = optuna.load_study(study_name=study_name, storage=server).trials
+    assert sorted(t.number for t in trials) == list(range(16))  # the budget, each number once
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    configs = [t.params["x"] for t in trials]
+    assert len(set(configs)) == len(configs)
+    pairs = overlapping(trials)
+    assert pairs, "the workers never ran trials at the same time"
+    assert all(trials[a].params != trials[b].params for a, b in pairs)
+    # Every worker took part, and said why it stopped.
+    assert all("stopped: budget of 16 trials used" in out for out in outputs), outputs
+    ran = [int(out.split("stopped: ")[1].split("; ")[1].split(" trials")[0]) for out in outputs]
+    assert sum(ran) == 16 and all(n >= 1 for n in ran), ran
+
+
+def test_target_in_one_worker_stops_all(workdir, server, study_name):
+    # (x - 2)^2 <= 4 for a fifth of the range: reached within the 60-trial budget.
+    done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
+                    "--pruner", "none", "--storage", server, "--study", study_name,
+                    "--n-workers", "4", "--n-trials", "60", "--target", "4", cwd=workdir,
+                    timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "starting 4 workers" in done.stdout
+    trials = optuna.load_study(study_name=study_name, storage=server).trials
+    hits = sorted((t for t in trials if t.value is not None and t.value <= 4),
+                  key=lambda t: t.datetime_complete)
+    assert hits, "the target was never reached"
+    first = hits[0]
+    # No trial started after the target was reached; the ones already running finished.
+    late = [t.number for t in trials if t.datetime_start > first.datetime_complete]
+    assert late == []
+    assert len(trials) < 60
+    assert f"target 4 reached by trial {first.number}" in done.stdout
+
+
+def test_killed_worker_trial_fails_and_is_rerun(workdir, study_name):
+    url = server_url("postgresql")
+    create(workdir, url, study_name, "--n-trials", "14", "--heartbeat", "1")
+    procs = [worker(workdir, url, study_name, f"w{i}") for i in range(3)]
+    victim = procs[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        seen = optuna.load_study(study_name=study_name, storage=url).trials
+        if (sum(t.state == TrialState.COMPLETE for t in seen) >= 3
+                and (workdir / f"running-{victim.pid}").exists()):
+            victim.send_signal(signal.SIGKILL)  # mid-trial: its trainer is running
+            break
+        time.sleep(0.02)
+    else:
+        raise AssertionError("worker w0 never ran a trial")
+    victim.wait()
+    before = {t.number: t.value for t in seen if t.state == TrialState.COMPLETE}
+    outputs = [p.communicate(timeout=60)[0] for p in procs[1:]]
+    assert [p.returncode for p in procs[1:]] == [0, 0], outputs
+
+    trials = optuna.load_study(study_name=study_name, storage=url).trials
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1, ([(t.number, t.state) for t in trials], outputs)
+    killed = failed[0]
+    from tunepilot.memory import History
+
+    record = History.from_study(optuna.load_study(study_name=study_name, storage=url))[
+        killed.number]
+    assert record.error["kind"] == "interrupted" and "heartbeats" in record.error["message"]
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    assert retry[0].params == killed.params
+    # Nothing completed is lost; the killed trial's budget passed to its retry.
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == 14 and len(trials) == 15
+    assert {t.number: t.value for t in complete if t.number in before} == before
+
+
+def test_sqlite_is_refused_for_several_processes(workdir, storage):
+    done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
+                    "--storage", storage, "--n-workers", "2", cwd=workdir)
+    assert done.returncode == 2
+    assert "SQLite" in done.stderr and "postgresql://" in done.stderr
+    assert "journal:" in done.stderr
+    done = run_tune("worker", "--storage", storage, cwd=workdir)
+    assert done.returncode == 2 and "postgresql://" in done.stderr
+
+
+def test_worker_needs_a_study_made_by_tune(server, workdir, study_name):
+    optuna.create_study(study_name=study_name, storage=server)
+    done = run_tune("worker", "--storage", server, "--study", study_name, cwd=workdir)
+    assert done.returncode == 2
+    assert "tune create" in done.stderr
+
+
+def test_workers_on_a_journal_file(workdir, tmp_path, study_name):
+    """One machine, no server: `--n-workers` on a journal file."""
+    url = f"journal:{tmp_path / 'study.log'}"
+    done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
+                    "--pruner", "none", "--storage", url, "--study", study_name,
+                    "--n-workers", "2", "--n-trials", "8", cwd=workdir, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    from tunepilot.memory import open_storage
+
+    trials = optuna.load_study(study_name=study_name, storage=open_storage(url)).trials
+    assert sorted(t.number for t in trials) == list(range(8))
+    assert len({t.params["x"] for t in trials}) == 8
+
+
+def test_the_llm_sees_configs_running_on_other_workers(study_name):
+    """Worker B asks while worker A's trial runs: B's prompt lists A's config as running, and
+    B's model repeating it is refused, so the two never train the same config."""
+    import threading
+
+    from tests.llm_server import ScriptedLLMServer
+    from tests.test_llm import SPACE, answer, openai_model, suggester
+    from tunepilot import Tuner, trainers
+    from tunepilot.memory import open_storage
+
+    url = server_url("postgresql")
+    replies = iter([answer(1.0), answer(1.0), answer(3.0)])
+    b_result = {}
+
+    def run_b() -> None:
+        # No heartbeat for B: with one, B would wait for A's running trial (in case A died),
+        # and A waits for B here.
+        b = Tuner(trainers.callable(lambda c, r: (c["x"] - 2) ** 2), SPACE,
+                  storage=open_storage(url, heartbeat_s=None),
+                  study=study_name, suggester=suggester(openai_model(server.base_url)),
+                  pruner="none")
+        b_result["result"] = b.run(n_trials=2)
+
+    def train_a(config, report):
+        thread = threading.Thread(target=run_b)  # B's whole trial happens during A's
+        thread.start()
+        thread.join()
+        return (config["x"] - 2) ** 2
+
+    with ScriptedLLMServer(lambda r: next(replies)) as server:
+        a = Tuner(trainers.callable(train_a), SPACE, storage=url, study=study_name,
+                  suggester=suggester(openai_model(server.base_url)), pruner="none")
+        a.run(n_trials=2)
+        prompts = [r["messages"][-1]["content"] for r in server.requests]
+    trials = optuna.load_study(study_name=study_name, storage=url).trials
+    assert [t.params["x"] for t in trials] == [1.0, 3.0]
+    assert "Running now on other workers" in prompts[1] and "#0 x=1" in prompts[1]
+    assert "is running now" in prompts[2]  # the refusal went back to the model
+    assert b_result["result"].stop_reason == "budget of 2 trials used"

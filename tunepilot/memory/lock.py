@@ -1,0 +1,120 @@
+"""A lock per study, shared by every worker of that study, held for milliseconds.
+
+Optuna's storages have no compare-and-set, so two workers can both see "19 of 20 trials" and
+both start one, or both have the LLM propose the same config at the same instant. Two short
+critical sections close those races: counting the trials and creating the next one (the trial
+budget), and checking a proposed config against the running ones and recording it (no
+duplicates in flight).
+
+Kinds, by storage:
+    PostgreSQL   pg_advisory_lock on a connection of its own (the server frees it if the
+                 worker dies, so a SIGKILL never leaves the study locked)
+    MySQL        GET_LOCK / RELEASE_LOCK, likewise per connection
+    journal file fcntl.flock on FILE.tunepilot-lock (processes of one machine)
+    SQLite, in-memory storages: a lock of this process (one process is all they allow)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+_LOCAL: dict[str, threading.RLock] = {}
+_LOCAL_GUARD = threading.Lock()
+_WAIT_S = 120  # a lock is held for milliseconds; two minutes means a server in trouble
+
+
+class StudyLock:
+    """Re-entrant in one thread; `with lock:` or `acquire()` / `release()`."""
+
+    def __init__(self, storage: Any, study_name: str):
+        self.name = study_name
+        self._depth = 0
+        self._conn: Any = None
+        self._file: Any = None
+        self._local: threading.RLock | None = None
+        digest = hashlib.sha1(f"tunepilot:{study_name}".encode()).digest()
+        self._key = int.from_bytes(digest[:8], "big", signed=True)
+        self._mysql_name = "tunepilot:" + digest.hex()[:40]
+        # Optuna wraps an RDBStorage in a cache (study._storage); the engine is inside.
+        engine = getattr(storage, "engine", None) or getattr(
+            getattr(storage, "_backend", None), "engine", None)
+        self._dialect = engine.dialect.name if engine is not None else None
+        self._engine = engine if self._dialect in ("postgresql", "mysql", "mariadb") else None
+        self._path = _journal_path(storage)
+        if self._engine is None and self._path is None:
+            with _LOCAL_GUARD:
+                self._local = _LOCAL.setdefault(study_name, threading.RLock())
+
+    def acquire(self) -> None:
+        if self._depth:
+            self._depth += 1
+            return
+        if self._local is not None:
+            self._local.acquire()
+        elif self._engine is not None:
+            self._server_acquire()
+        else:
+            import fcntl
+
+            # Not FILE.lock: Optuna's own journal lock uses that name.
+            self._file = open(f"{self._path}.tunepilot-lock", "a")  # noqa: SIM115
+            fcntl.flock(self._file, fcntl.LOCK_EX)
+        self._depth = 1
+
+    def release(self) -> None:
+        if self._depth == 0:
+            return
+        self._depth -= 1
+        if self._depth:
+            return
+        if self._local is not None:
+            self._local.release()
+        elif self._engine is not None:
+            self._server_release()
+        else:
+            self._file.close()  # closing the descriptor drops the flock
+            self._file = None
+
+    def __enter__(self) -> StudyLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _server_acquire(self) -> None:
+        from sqlalchemy import text
+
+        if self._conn is None:
+            # Autocommit: the lock belongs to the session, not to a transaction left open.
+            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        if self._dialect == "postgresql":
+            self._conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            return
+        got = self._conn.execute(text("SELECT GET_LOCK(:n, :t)"),
+                                 {"n": self._mysql_name, "t": _WAIT_S}).scalar()
+        if got != 1:
+            raise TimeoutError(f"the lock of study {self.name!r} was not free within {_WAIT_S} s")
+
+    def _server_release(self) -> None:
+        from sqlalchemy import text
+
+        if self._dialect == "postgresql":
+            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+        else:
+            self._conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": self._mysql_name})
+
+    def close(self) -> None:
+        while self._depth:
+            self.release()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def _journal_path(storage: Any) -> str | None:
+    backend = getattr(storage, "_backend", None)
+    path = getattr(backend, "_file_path", None)
+    return str(path) if path is not None else None
