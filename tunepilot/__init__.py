@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Tuner": "tunepilot.agent.tuner",
     "TuneResult": "tunepilot.agent.tuner",
+    "Proposal": "tunepilot.agent.tuner",
     "from_config": "tunepilot.agent.build",
     "AgentSampler": "tunepilot.agent.suggest",
     "Suggester": "tunepilot.agent.suggest",
@@ -53,6 +54,7 @@ __all__ = [
     "Float",
     "History",
     "Int",
+    "Proposal",
     "Report",
     "SearchSpace",
     "Suggester",
@@ -75,7 +77,7 @@ if TYPE_CHECKING:
     from tunepilot import trainers
     from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
     from tunepilot.agent.build import from_config
-    from tunepilot.agent.tuner import Tuner, TuneResult
+    from tunepilot.agent.tuner import Proposal, Tuner, TuneResult
     from tunepilot.config import TuneConfig, load_config
     from tunepilot.errors import ConfigError, Diverged, TrialFailed, TuneError
     from tunepilot.memory import History, TrialRecord

@@ -277,6 +277,21 @@ class SearchSpace(BaseModel):
             raise ValueError("; ".join(problems))
         return out
 
+    @classmethod
+    def from_distributions(cls, dists: Mapping[str, Any]) -> SearchSpace:
+        """The space of Optuna distributions (e.g. of a study tunepilot did not make)."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+        params: dict[str, Any] = {}
+        for name, d in dists.items():
+            if isinstance(d, CategoricalDistribution):
+                params[name] = Categorical(list(d.choices))
+            elif isinstance(d, FloatDistribution):
+                params[name] = Float(d.low, d.high, log=d.log, step=d.step)
+            else:
+                params[name] = Int(d.low, d.high, log=d.log, step=d.step)
+        return cls.of(**params)
+
     def describe(self) -> str:
         lines = [f"  {name}: {p.describe()}" for name, p in self.params.items()]
         lines += [f"  {name} = {v!r} (fixed)" for name, v in self.fixed.items()]

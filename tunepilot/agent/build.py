@@ -82,39 +82,69 @@ def _child_trainer(cfg_json: str) -> Trainer:
 
 def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
     """The suggester for `cfg.strategy`, and a line saying what was chosen and why."""
-    from tunepilot.agent.llm import LLMSettings, choose
-    from tunepilot.agent.llm_suggester import LLMSuggester
-    from tunepilot.agent.suggest import alternate
+    from tunepilot.agent.llm import LLMSettings
 
     optuna_line = f"{cfg.sampler} sampler, seed {cfg.seed}"
     if cfg.strategy == "optuna":
         return None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
-    choice = choose(LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature,
-                                cfg.llm_max_tokens, cfg.llm_timeout, cfg.llm_prices,
-                                cfg.llm_model_path))
+    settings = LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature, cfg.llm_max_tokens,
+                           cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path)
+    suggester, _, note = agent(settings, cfg.strategy, task=task, n_trials=cfg.n_trials,
+                               target=cfg.target, attempts=cfg.llm_attempts,
+                               optuna_line=optuna_line)
+    return suggester, note
+
+
+def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
+          target: float | None = None, attempts: int = 3,
+          optuna_line: str = "tpe sampler") -> tuple[Suggester | None, Any, str]:
+    """The suggester for an LLM and a strategy ("auto", "hybrid", "llm"), the LLM suggester
+    inside it (None without a model), and a line saying what was chosen and why.
+
+    `llm`: a spec ("openai:gpt-4o-mini", "local", "auto", "none"), `LLMSettings`, or a
+    langchain chat model.
+    """
+    from tunepilot.agent.llm import Choice, LLMSettings, choose
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.agent.suggest import alternate
+
+    strategies = ("auto", "hybrid", "llm")
+    if strategy not in strategies:
+        raise ConfigError(f"Unknown strategy {strategy!r} with an LLM; expected one of "
+                          f"{', '.join(strategies)} (or no llm= for Optuna alone).")
+    if isinstance(llm, str):
+        llm = LLMSettings(llm)
+    if isinstance(llm, LLMSettings):
+        settings = llm
+        choice = choose(llm)
+    else:  # a chat model object
+        settings = LLMSettings()
+        name = getattr(llm, "model_name", None) or getattr(llm, "model", None) or type(llm).__name__
+        choice = Choice(llm, str(name), f"the chat model given ({type(llm).__name__})")
     if choice.model is None:
-        if cfg.strategy != "auto":
+        if strategy != "auto":
             raise ConfigError(
-                f"Strategy {cfg.strategy!r} needs an LLM, but {choice.reason}. Pass --llm "
+                f"Strategy {strategy!r} needs an LLM, but {choice.reason}. Pass --llm "
                 "openai:MODEL (with OPENAI_API_KEY set, or --llm-base-url URL of an "
                 "OpenAI-compatible server), or use --strategy optuna."
             )
-        return None, f"strategy: optuna ({optuna_line}); {choice.reason}"
-    strategy = "hybrid" if cfg.strategy == "auto" else cfg.strategy
+        return None, None, f"strategy: optuna ({optuna_line}); {choice.reason}"
+    strategy = "hybrid" if strategy == "auto" else strategy
     # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
     # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
     small = choice.name == "local"
-    llm = LLMSuggester(choice.model, model_name=choice.name, task=task, n_trials=cfg.n_trials,
-                       target=cfg.target, prices=cfg.llm_prices,
-                       attempts=min(cfg.llm_attempts, 2) if small else cfg.llm_attempts,
-                       history_k=3 if small else 5, notes=not small)
+    llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
+                                 n_trials=n_trials, target=target, prices=settings.prices,
+                                 attempts=min(attempts, 2) if small else attempts,
+                                 history_k=3 if small else 5, notes=not small)
     startup, every = (2, 4) if small else (3, 2)
-    where = f" at {redact(cfg.llm_base_url)}" if cfg.llm_base_url else ""
+    where = f" at {redact(settings.base_url)}" if settings.base_url else ""
     if strategy == "llm":
-        return llm, (f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} "
-                     f"if it fails); {choice.reason}")
+        return llm_suggester, llm_suggester, (
+            f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} if it "
+            f"fails); {choice.reason}")
     turns = "every other one" if every == 2 else f"every {every}th"
-    return alternate(llm, startup=startup, every=every), (
+    return alternate(llm_suggester, startup=startup, every=every), llm_suggester, (
         f"strategy: hybrid ({choice.name}{where} proposes the first {startup} trials, then "
         f"{turns}; Optuna's {optuna_line} the rest); {choice.reason}")
 

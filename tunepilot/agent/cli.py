@@ -216,7 +216,9 @@ def _run_workers(tuner: Any, cfg: Any, n: int, console: Any) -> Any:
     env.setdefault("OMP_NUM_THREADS", threads)
     console.print(f"starting {n} workers ({env['OMP_NUM_THREADS']} thread(s) each); on other "
                   f"machines more can join with:\n  {_worker_command(cfg)}", markup=False)
-    before = len(tuner.history().finished())
+    from tunepilot.memory import History
+
+    before = len(History.from_study(tuner.study).finished())
     procs = [subprocess.Popen([sys.executable, "-m", "tunepilot.agent.cli", "worker", "--study",
                                cfg.study_name(), "--name", f"w{i + 1}"], env=env,
                               start_new_session=True)  # Ctrl-C reaches them through us, once
@@ -242,7 +244,7 @@ def _run_workers(tuner: Any, cfg: Any, n: int, console: Any) -> Any:
     reason = tuner.study.user_attrs.get(attrs.LAST_STOP) or "the workers stopped"
     if interrupted is not None:
         reason = f"interrupted ({'SIGTERM' if isinstance(interrupted, Terminated) else 'Ctrl-C'})"
-    return tuner.summary(reason, n_new=len(tuner.history().finished()) - before)
+    return tuner.summary(reason, n_new=len(History.from_study(tuner.study).finished()) - before)
 
 
 @app.command()
@@ -281,7 +283,7 @@ def worker(
                                          "study": study_obj.study_name,
                                          **{k: v for k, v in overrides.items() if v is not None}})
         prefix = f"[{name or 'worker'}] "
-        tuner, log, notes = _build(cfg, console, prefix=prefix, worker=True)
+        tuner, _, notes = _build(cfg, console, prefix=prefix, worker=True)
         console.print(f"{prefix}joined study {cfg.study_name()}; " + "; ".join(
             n for n in notes if n.startswith("strategy")), markup=False)
         with interrupts.raising():

@@ -14,6 +14,7 @@ enums but not numeric bounds, which the suggester checks.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib.util
 import json
@@ -77,8 +78,12 @@ def _load(model_path: str, n_ctx: int, n_threads: int) -> Any:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from llama_cpp import Llama
 
-    return Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads, verbose=False,
-                 seed=0)
+    model = Llama(model_path=model_path, n_ctx=n_ctx, n_threads=n_threads, verbose=False,
+                  seed=0)
+    # Free it before the interpreter tears down the modules llama.cpp's destructor needs
+    # (otherwise every exit prints "Exception ignored in: Llama.__del__").
+    atexit.register(model.close)
+    return model
 
 
 class LocalChatModel(BaseChatModel):

@@ -123,7 +123,9 @@ def parallel_figure(history: History) -> Figure:
             f = (lambda v: math.log10(v)) if log else (lambda v: v)
             a, b = f(lo), f(hi)
             span = (b - a) or 1.0
-            return (lambda v: (f(v) - a) / span), [f"{lo:.3g}", f"{hi:.3g}"]
+            label = (lambda v: str(v)) if all(isinstance(v, int) for v in values) else (
+                lambda v: f"{v:.3g}")
+            return (lambda v: (f(v) - a) / span), [label(lo), label(hi)]
         choices = sorted({repr(v) for v in values})
         where = {c: i / max(1, len(choices) - 1) for i, c in enumerate(choices)}
         return (lambda v: where[repr(v)]), choices

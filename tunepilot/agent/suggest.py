@@ -68,7 +68,7 @@ def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Sugg
 
     def hybrid(space: SearchSpace, history: History) -> Suggestion | None:
         n = len(history)
-        if n < startup or (n - startup) % every == 0:
+        if n < startup or (every and (n - startup) % every == 0):
             return suggester(space, history)
         return None
 

@@ -7,11 +7,11 @@ study's storage. The storage is the only state: a new `Tuner` on the same study 
 
 from __future__ import annotations
 
-import threading
+import contextlib
+import math
 import time
-import traceback
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,20 +19,41 @@ import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from tunepilot.agent import interrupts
 from tunepilot.agent.display import Display
+from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
 from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
-from tunepilot.errors import ConfigError, Terminated, TrialFailed, did_you_mean
-from tunepilot.memory import DEFAULT_STORAGE, History, attrs, open_storage, open_study
-from tunepilot.memory.environment import device, versions
+from tunepilot.errors import ConfigError, TuneError, did_you_mean
+from tunepilot.memory import (
+    DEFAULT_STORAGE,
+    History,
+    attrs,
+    load_study,
+    open_storage,
+    open_study,
+)
 from tunepilot.memory.lock import StudyLock
 from tunepilot.memory.lookup import warm_start
 from tunepilot.space import SearchSpace
-from tunepilot.trainers.base import Trainer, TrainResult, check_finite
+from tunepilot.trainers.base import Trainer
 
-_FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-_REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
 PRUNERS = ("median", "none")
+
+
+class Proposal(dict):
+    """A config from `Tuner.suggest()`: a plain dict, plus which trial it is, who proposed it
+    ("llm", "optuna", "fallback", "human"...) and the LLM's reason, if it proposed it."""
+
+    def __init__(self, config: Mapping[str, Any], *, number: int, proposer: str | None,
+                 rationale: str | None):
+        super().__init__(config)
+        self.number = number
+        self.proposer = proposer
+        self.rationale = rationale
+
+    def __repr__(self) -> str:
+        why = f", rationale={self.rationale!r}" if self.rationale else ""
+        return (f"Proposal(trial {self.number}, {dict(self)!r}, proposer={self.proposer!r}"
+                f"{why})")
 
 
 @dataclass(frozen=True)
@@ -51,6 +72,16 @@ class TuneResult:
     terminated: bool  # by SIGTERM
     history: History
 
+    @property
+    def best_config(self) -> Mapping[str, Any] | None:
+        """The best trial's config, fixed settings included."""
+        return self.best_params
+
+    @property
+    def trials(self) -> Any:
+        """Every trial of the study as a pandas DataFrame."""
+        return self.history.to_frame()
+
 
 class Tuner:
     """Tunes `trainer` over `space`, remembering every trial in an Optuna study.
@@ -67,9 +98,12 @@ class Tuner:
 
     def __init__(
         self,
-        trainer: Trainer,
-        space: SearchSpace,
+        trainer: Trainer | None = None,
+        space: SearchSpace | None = None,
         *,
+        llm: str | Any | None = None,
+        strategy: str = "auto",
+        task: str | None = None,
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
         study: str = "tunepilot",
         suggester: Suggester | None = None,
@@ -77,35 +111,98 @@ class Tuner:
         pruner: str | optuna.pruners.BasePruner = "median",
         seed: int | None = 0,
         settings: Mapping[str, Any] | None = None,
-        display: Display | None = None,
+        display: Display | str | None = "auto",
         warm_start: bool = True,
     ):
-        if not space.params:
+        """
+        Args:
+            trainer: `train(config, report) -> loss` (see `tunepilot.trainers`); may be None
+                when you run the training yourself with `suggest()` / `report()`.
+            space: what to tune.
+            llm: the agent's chat model: a spec ("openai:gpt-4o-mini", "local", "auto",
+                "none") or a langchain chat model. None: Optuna alone (or `suggester`).
+            strategy: with an LLM, "hybrid" (LLM and Optuna take turns; "auto" means this)
+                or "llm" (the LLM proposes every trial).
+            task: one or two sentences for the LLM about what is trained.
+            display: "auto" (live in Jupyter, lines on a terminal), a `Display`, or None.
+        """
+        if space is None or not space.params:
             raise ConfigError(
-                "The search space has no parameters to tune. Declare some, e.g. in tune.toml: "
+                "The search space has no parameters to tune. Declare some, e.g. "
+                "SearchSpace.of(lr=Float(1e-5, 1e-1, log=True)), or in tune.toml: "
                 '[space] lr = { type = "float", low = 1e-5, high = 1e-1, log = true }'
             )
+        if llm is not None and suggester is not None:
+            raise ConfigError("Pass llm= (a model for tunepilot's agent) or suggester= (your "
+                              "own), not both.")
         self.trainer = trainer
         self.space = space
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.study_name = study
+        self._llm_agent: Any = None  # the LLM suggester, told each run's budget and target
+        self.strategy_note = ""
+        if llm is not None:
+            from tunepilot.agent.build import agent
+
+            suggester, self._llm_agent, self.strategy_note = agent(
+                llm, strategy, task=task or "Train the user's model; lower loss is better.")
         self.suggester = suggester
         self.sampler = sampler
         self.pruner = _pruner(pruner)
         self.seed = seed
         self.settings = dict(settings or {})
-        self.display = display or Display()
+        if display == "auto":
+            from tunepilot.agent.notebook import auto_display
+
+            display = auto_display()
+        self.display = display if isinstance(display, Display) else Display()
         self.warm_start = warm_start
+        self.read_only = False
         self._study: optuna.Study | None = None
+        self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
+        self._asking = False
         self.lock = StudyLock(self.storage, study)
         self._gate_held = False  # the lock, taken before Optuna creates the next trial
-        self._early_beat = _EarlyHeartbeat(self.storage)
+        self._early_beat = EarlyHeartbeat(self.storage)
+
+    @classmethod
+    def load(cls, storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
+             study: str | None = None) -> Tuner:
+        """Opens an existing study read-only: its history, notes and plots, read afresh on
+        every call, while a `tune run`, workers or another notebook go on writing to it.
+
+        Example:
+            >>> t = Tuner.load("sqlite:///tunepilot.db", "lightning-synthetic")  # doctest: +SKIP
+            >>> t.history().tail()  # doctest: +SKIP
+        """
+        if isinstance(storage, str):
+            storage = open_storage(storage, heartbeat_s=None)  # a reader beats for no trial
+        loaded = load_study(storage, study)
+        saved = (loaded.user_attrs.get(attrs.SETTINGS) or {}).get("space")
+        if saved:
+            space = SearchSpace.model_validate(saved)
+        else:  # a study made by plain Optuna: its parameters, as distributions say
+            space = SearchSpace.from_distributions(
+                {k: v for t in loaded.get_trials(deepcopy=False) for k, v in
+                 t.distributions.items()})
+            if not space.params:
+                raise ConfigError(f"Study {loaded.study_name} has no trials and was not made by "
+                                  "tunepilot: there is nothing to show yet.")
+        tuner = cls(None, space, storage=storage, study=loaded.study_name, display=None)
+        tuner.read_only = True
+        tuner._study = loaded
+        return tuner
 
     def _created(self, trial: optuna.trial.FrozenTrial) -> None:
         # Optuna has created (numbered) the trial the gate admitted: other workers may count.
         if self._gate_held:
             self._gate_held = False
             self.lock.release()
+        if self._asking:
+            # A person's own loop: no heartbeat (nothing beats while they train), so no worker
+            # ever takes the trial for dead.
+            self.study._storage.set_trial_user_attr(trial._trial_id, attrs.ASK_TELL, True)
+            return
         # Optuna's heartbeat starts once the config is chosen, which can take an LLM a minute;
         # a worker killed before then would leave a trial RUNNING forever. Beat from now on.
         self._early_beat.start(trial._trial_id)
@@ -114,7 +211,8 @@ class Tuner:
     def study(self) -> optuna.Study:
         """The Optuna study, created on first use or resumed if it exists."""
         if self._study is None:
-            study = open_study(self.storage, self.study_name, pruner=self.pruner)
+            with _quiet_optuna():
+                study = open_study(self.storage, self.study_name, pruner=self.pruner)
             # Offset the seed by the trials already run, so a resumed search does not replay
             # the same random proposals.
             done = len(study.get_trials(deepcopy=False))
@@ -141,11 +239,113 @@ class Tuner:
             self._study = study
         return self._study
 
-    def history(self) -> History:
-        return History.from_study(self.study)
+    def history(self) -> Any:
+        """The study's trials as a pandas DataFrame (read now: other writers' trials included)."""
+        return History.from_study(self.study).to_frame()
+
+    @property
+    def notes(self) -> str:
+        """What the agent has concluded so far (it rewrites its notes as it goes)."""
+        return History.from_study(self.study).notes
+
+    def plot(self, kind: str = "history") -> Any:
+        """A matplotlib figure of the study: "history", "importance", "curves" or "parallel".
+        Jupyter shows it inline; `fig.savefig("x.png")` writes it."""
+        from tunepilot.agent import plots
+
+        return plots.plot(self.study, kind)
+
+    def suggest(self) -> Proposal:
+        """The next config for your own training loop: a dict (fixed settings included) that
+        also says which trial it is, who proposed it and why. Report back with `report()`.
+
+        Example:
+            >>> config = tuner.suggest()  # doctest: +SKIP
+            >>> for epoch in range(1, 4):  # doctest: +SKIP
+            ...     if tuner.report(config, val_loss=train_one_epoch(config), epoch=epoch):
+            ...         break  # pruned: stop training this config
+            >>> tuner.report(config, val_loss=best_loss)  # doctest: +SKIP
+        """
+        self._writable("suggest")
+        study = self.study
+        self._asking = True
+        try:
+            with warnings.catch_warnings():
+                # Optuna warns that heartbeats need optimize(); ask/tell trials have none.
+                warnings.simplefilter("ignore", UserWarning)
+                trial = study.ask()
+        finally:
+            self._asking = False
+        config = self.space.sample(trial)
+        self._open[trial.number] = trial
+        record = study._storage.get_trial_user_attrs(trial._trial_id)
+        return Proposal(config, number=trial.number, proposer=record.get(attrs.PROPOSER),
+                        rationale=(record.get(attrs.LLM) or {}).get(attrs.RATIONALE))
+
+    def report(self, config: Mapping[str, Any], val_loss: float | None = None, *,
+               epoch: int | None = None, error: str | BaseException | None = None) -> bool:
+        """Reports on a config from `suggest()`. With `epoch`: one epoch's validation loss (the
+        pruner may stop the trial); without: the trial's final (best) loss; `error`: it failed.
+        A loss that is NaN or infinite fails the trial as diverged.
+
+        Returns True when the trial is over (recorded, pruned or failed): stop training it.
+        """
+        self._writable("report")
+        trial = self._find_open(config)
+        study = self.study
+        if error is not None or val_loss is None or not math.isfinite(val_loss):
+            kind = "exception" if error is not None else "diverged"
+            message = str(error) if error is not None else f"validation loss {val_loss}"
+            trial.set_user_attr(attrs.ERROR, {"kind": kind, "message": message[:500]})
+            study.tell(trial, state=TrialState.FAIL)
+        elif epoch is not None:
+            trial.report(val_loss, epoch)
+            if not trial.should_prune():
+                return False
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, val_loss)
+        del self._open[trial.number]
+        return True
+
+    def enqueue(self, config: Mapping[str, Any]) -> None:
+        """Queues a config you want tried; the next trial runs it (proposer "human"). Parameters
+        left out are sampled as usual; values outside the space are refused."""
+        self._writable("enqueue")
+        unknown = sorted(set(config) - set(self.space.params) - set(self.space.fixed))
+        if unknown:
+            raise ConfigError(f"enqueue: unknown parameters {unknown}; the space has "
+                              f"{sorted(self.space.params)}.")
+        try:
+            checked = {k: self.space.params[k].snap(v) for k, v in config.items()
+                       if k in self.space.params}
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"enqueue: {e}. The space:\n{self.space.describe()}") from None
+        self.study.enqueue_trial(checked, user_attrs={attrs.PROPOSER: "human"})
+
+    def _find_open(self, config: Mapping[str, Any]) -> optuna.Trial:
+        number = config.number if isinstance(config, Proposal) else None
+        if number is None:
+            key = {k: config.get(k) for k in self.space.params}
+            matches = [n for n, t in self._open.items() if t.params == key]
+            number = matches[0] if len(matches) == 1 else None
+        if number not in self._open:
+            raise ConfigError(
+                "report(): this config is not an open trial of this tuner (never suggested, or "
+                "already reported). Pass the object suggest() returned; open trials: "
+                f"{sorted(self._open) or 'none'}.")
+        return self._open[number]
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise TuneError(
+                f"{what}(): this Tuner was opened read-only with Tuner.load. To add trials, make "
+                "a Tuner(trainer, space, storage=..., study=...) on the same study, or start "
+                "`tune worker`.")
 
     def hint(self, text: str) -> None:
         """Tells the agent something; it sees the hint in every prompt from the next trial on."""
+        self._writable("hint")
         hints = list(self.study.user_attrs.get(attrs.HINTS) or [])
         hints.append({"text": str(text), "after_trial": len(self.study.trials)})
         self.study.set_user_attr(attrs.HINTS, hints)
@@ -170,9 +370,16 @@ class Tuner:
             llm_budget_usd: float | None = None,
             llm_token_budget: int | None = None) -> TuneResult:
         """Runs trials until `target` is reached, the study holds `n_trials` finished trials,
-        the study's trials have used `timeout` seconds, `patience` finished trials bring no improvement of at least
-        `min_delta`, or the study's LLM spend reaches `llm_budget_usd` or `llm_token_budget`
-        tokens. Ctrl-C fails the running trial and returns."""
+        the study's trials have used `timeout` seconds, `patience` finished trials bring no
+        improvement of at least `min_delta`, or the study's LLM spend reaches `llm_budget_usd`
+        or `llm_token_budget` tokens.
+        Ctrl-C fails the running trial and returns."""
+        self._writable("run")
+        if self.trainer is None:
+            raise ConfigError("run() needs a trainer: Tuner(trainer, space, ...). Without one, "
+                              "train yourself with suggest() and report().")
+        if self._llm_agent is not None:  # the prompt states the run's budget and goal
+            self._llm_agent.n_trials, self._llm_agent.target = n_trials, target
         study = self.study
         if is_heartbeat_enabled(study._storage):
             with warnings.catch_warnings():
@@ -195,17 +402,18 @@ class Tuner:
         if time_left is not None and time_left <= 0:
             return self._finish(f"time budget of {timeout:g} s already used ({spent:.0f} s)", 0)
 
-        loop = _Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget,
+        loop = Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget,
                      timeout)
         start = time.monotonic()
         try:
             if loop.admit(study, in_optimize=False):
                 # No n_trials here: the gate counts the trials of every worker.
-                study.optimize(loop.objective, timeout=time_left, callbacks=[loop.after_trial],
-                               catch=(Exception,))
+                with _quiet_optuna(type(self.display) is not Display):
+                    study.optimize(loop.objective, timeout=time_left,
+                                   callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
-            loop.reason = f"interrupted ({_signal_name(e)})"
-            _record_interrupt(study, e, self.lock)
+            loop.reason = f"interrupted ({signal_name(e)})"
+            record_interrupt(study, e, self.lock)
         finally:
             self._early_beat.stop()
             if self._gate_held:
@@ -245,269 +453,17 @@ class Tuner:
         )
 
 
-class _Loop:
-    """Per-run state of `Tuner.run`: the objective and the stopping rules."""
-
-    def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
-                 patience: int | None = None, min_delta: float = 0.0,
-                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None,
-                 timeout: float | None = None):
-        self.tuner = tuner
-        self.timeout = timeout
-        self.llm_token_budget = llm_token_budget
-        self.n_trials = n_trials
-        self.target = target
-        self.patience = patience
-        self.min_delta = min_delta
-        self.llm_budget_usd = llm_budget_usd
-        self.reason: str | None = None
-        self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
-        self.n_new = 0
-        self._last_errors: list[str] = []
-
-    def objective(self, trial: optuna.Trial) -> float:
-        # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
-        # records it once the stack has unwound (_record_interrupt).
-        tuner = self.tuner
-        tuner._early_beat.stop()  # Optuna's own heartbeat runs from here
-        try:
-            config = tuner.space.sample(trial)
-        except Exception as e:
-            # The sampler or suggester failed: a bug (model-caused failures fall back inside
-            # AgentSampler), so stop rather than fail every trial quietly.
-            self.fatal = e
-            trial.study.stop()
-            trial.set_user_attr(attrs.ERROR, _describe_error(e))
-            raise
-        tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
-                                  trial.study._storage.get_trial_user_attrs(trial._trial_id)
-                                  .get(attrs.PROPOSER))
-
-        def report(epoch: int, val_loss: float) -> None:
-            interrupts.check()
-            check_finite(epoch, val_loss)
-            trial.report(val_loss, epoch)
-            tuner.display.epoch(trial.number, epoch, val_loss)
-            if trial.should_prune():
-                raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
-
-        try:
-            result = tuner.trainer(config, report)
-        except optuna.TrialPruned:
-            raise
-        except ConfigError as e:
-            # Bad input fails every trial alike: stop the search and tell the person.
-            self.fatal = e
-            trial.study.stop()
-            trial.set_user_attr(attrs.ERROR, {"kind": "config", "message": str(e)})
-            raise
-        except Exception as e:
-            trial.set_user_attr(attrs.ERROR, _describe_error(e))
-            raise
-        if not isinstance(result, TrainResult):
-            raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
-        check_finite(len(result.curve), result.best_val_loss)
-        if self.target is not None and result.best_val_loss <= self.target:
-            # Before Optuna records the value: from here on no worker's gate admits a trial.
-            with tuner.lock:
-                trial.study.set_user_attr(attrs.STOP, (
-                    f"target {self.target:g} reached by trial {trial.number} "
-                    f"({result.best_val_loss:.4g})"))
-        trial.set_user_attr(attrs.TRAIN, {
-            "wall_time_s": round(result.wall_time_s, 3),
-            "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
-            "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
-            # The trainer knows its device best (an isolated trial ran in another process).
-            "device": result.extra.get("device") or device(),
-            "versions": versions(),
-        })
-        return result.best_val_loss
-
-    def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
-        self.n_new += 1
-        self.admit(study, finished=frozen)
-
-    def admit(self, study: optuna.Study, in_optimize: bool = True,
-              finished: optuna.trial.FrozenTrial | None = None) -> bool:
-        """May this worker start another trial? Asked under the study lock, which is kept until
-        Optuna has created the trial: so with any number of workers, the study never holds more
-        than `n_trials` trials, and none starts after another worker reached the target.
-        `finished`: the trial this worker just ended, shown and judged by the stopping rules
-        from the same read of the history (one read per trial, not two)."""
-        tuner = self.tuner
-        while True:
-            tuner.lock.acquire()
-            try:
-                history = History.from_study(study)
-                if finished is not None:
-                    tuner.display.trial_end(history[finished.number]
-                                            if finished.number < len(history) else None, history)
-                    self.reason = self._after_trial_reason(study, history, finished)
-                    finished = None
-                self.reason = self.reason or self._gate_reason(history)
-            except BaseException:
-                tuner.lock.release()
-                raise
-            others = [t for t in history.running() if not t.user_attrs.get(attrs.ASK_TELL)]
-            if not (self.reason and self.reason.startswith("budget") and others
-                    and is_heartbeat_enabled(study._storage)):
-                break
-            # The budget is taken, but by trials still running elsewhere: if one of their
-            # workers died, its trial turns stale and is queued again, and this worker should
-            # run it. Wait for them. (Trials of a person's own loop have no heartbeat: not them.)
-            self.reason = None
-            tuner.lock.release()
-            tuner.display.waiting([t.number for t in others])
-            time.sleep(study._storage.get_heartbeat_interval() or 10)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                optuna.storages.fail_stale_trials(study)
-        if self.reason is not None:
-            tuner.lock.release()
-            if in_optimize:  # Optuna refuses stop() outside optimize()
-                study.stop()
-            return False
-        tuner._gate_held = True
-        return True
-
-    def _after_trial_reason(self, study: optuna.Study, history: History,
-                            frozen: optuna.trial.FrozenTrial) -> str | None:
-        """The stopping rules that look at the trial that just ended."""
-        if (self.target is not None and frozen.state == TrialState.COMPLETE
-                and frozen.value is not None and frozen.value <= self.target):
-            reason = f"target {self.target:g} reached by trial {frozen.number} ({frozen.value:.4g})"
-            if not history.stop:
-                study.set_user_attr(attrs.STOP, reason)  # tells the other workers
-            return reason
-        if history.stop:
-            return f"stopped by another worker: {history.stop}"
-        if self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
-                >= self.patience:
-            return (f"plateau: {stale} finished trials without an improvement of "
-                    f"{self.min_delta:g} or more")
-        if self.llm_budget_usd is not None and (spent := llm_spend(history)) \
-                >= self.llm_budget_usd:
-            return f"LLM spend ${spent:.4f} reached the budget of ${self.llm_budget_usd:g}"
-        if self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
-                >= self.llm_token_budget:
-            return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
-        if self._failing_alike(frozen):
-            error = frozen.user_attrs.get(attrs.ERROR, {})
-            return (f"the last {_REPEATED_FAILURES} trials failed with the same error "
-                    f"({error.get('message')}); this looks like a bug in the trainer")
-        return None
-
-    def _gate_reason(self, history: History) -> str | None:
-        """The stopping rules of the whole study, checked before each new trial."""
-        best = history.best_trial
-        if history.stop:
-            return f"stopped by another worker: {history.stop}"
-        if self.target is not None and best is not None and best.value <= self.target:
-            return f"target {self.target:g} reached by trial {best.number} ({best.value:.4g})"
-        if history.budget_used() >= self.n_trials:
-            return f"budget of {self.n_trials} trials used"
-        if self.timeout is not None and history.wall_time_s() >= self.timeout:
-            return f"time budget of {self.timeout:g} s used"
-        return None
-
-    def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
-        error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
-        # Divergence, time-outs and OOM depend on the config; only other repeats look like bugs.
-        if not error or error.get("kind") in ("diverged", "timeout", "oom"):
-            self._last_errors.clear()
-            return False
-        self._last_errors.append(error.get("message", ""))
-        tail = self._last_errors[-_REPEATED_FAILURES:]
-        return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
-
-
-class _EarlyHeartbeat:
-    """Heartbeats for a trial from its creation until Optuna's own heartbeat takes over."""
-
-    def __init__(self, storage: Any):
-        self.storage = storage
-        self._stop: threading.Event | None = None
-
-    def start(self, trial_id: int) -> None:
-        self.stop()
-        if not is_heartbeat_enabled(self.storage):
-            return
-        stop = self._stop = threading.Event()
-        interval = self.storage.get_heartbeat_interval()
-        self.storage.record_heartbeat(trial_id)
-
-        def beat() -> None:
-            while not stop.wait(interval):
-                self.storage.record_heartbeat(trial_id)
-
-        threading.Thread(target=beat, daemon=True, name="tunepilot-early-heartbeat").start()
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            self._stop.set()
-            self._stop = None
-
-
-def _trials_since_improvement(history: History, min_delta: float) -> int:
-    """Finished trials since the last one that beat the best before it by min_delta or more."""
-    finished = history.finished()
-    best, last = float("inf"), -1
-    for i, t in enumerate(finished):
-        if t.state == "complete" and t.value is not None and t.value <= best - min_delta:
-            best, last = t.value, i
-        elif t.state == "complete" and t.value is not None:
-            best = min(best, t.value)
-    return len(finished) - 1 - last
-
-
-def llm_spend(history: History) -> float:
-    """USD spent on the LLM over the whole study (trials with a known price)."""
-    return sum((t.user_attrs.get(attrs.LLM) or {}).get("cost_usd") or 0.0 for t in history)
-
-
-def llm_tokens(history: History) -> int:
-    """Tokens sent to and received from the LLM over the whole study."""
-    return sum((t.user_attrs.get(attrs.LLM) or {}).get("tokens_in", 0)
-               + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
-
-
-def _record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> None:
-    """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
-    (an interrupt between Optuna creating the trial and running it leaves it RUNNING)."""
-    trial_id = getattr(study.sampler, "last_trial_id", None)
-    if trial_id is None:
-        return
-    storage = study._storage
-    trial = storage.get_trial(trial_id)
-    if trial.state == TrialState.RUNNING:
-        storage.set_trial_user_attr(trial_id, attrs.ERROR,
-                                    {"kind": "interrupted", "message": _signal_name(e)})
-        storage.set_trial_state_values(trial_id, TrialState.FAIL)
-    elif trial.state == TrialState.FAIL and attrs.ERROR not in trial.user_attrs:
-        # Optuna failed it already and a finished trial takes no more attributes: note the
-        # cause on the study, where History finds it.
-        with lock:  # other workers write this attr too
-            interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
-            interrupted[str(trial.number)] = _signal_name(e)
-            study.set_user_attr(attrs.INTERRUPTED, interrupted)
-
-
-def _signal_name(e: KeyboardInterrupt) -> str:
-    return "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-
-
-def _describe_error(e: BaseException) -> dict[str, str]:
-    if isinstance(e, TrialFailed):  # its message says what happened; no type name needed
-        return {"kind": e.kind, "message": str(e)[:500], "where": ""}
-    elif isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        kind = "oom"
-    else:
-        kind = "exception"
-    text = str(e).strip().splitlines()
-    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-    return {"kind": kind, "message": message, "where": where}
+@contextlib.contextmanager
+def _quiet_optuna(quiet: bool = True) -> Iterator[None]:
+    """Optuna's INFO lines ("Trial 3 finished with value...") while our display shows the same
+    trials: keep its warnings and errors only."""
+    before = optuna.logging.get_verbosity()
+    if quiet and before < optuna.logging.WARNING:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
 
 
 def _pruner(pruner: str | optuna.pruners.BasePruner) -> optuna.pruners.BasePruner:

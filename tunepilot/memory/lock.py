@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from typing import Any
+from typing import Any, Self
 
 _LOCAL: dict[str, threading.RLock] = {}
 _LOCAL_GUARD = threading.Lock()
@@ -77,7 +77,7 @@ class StudyLock:
             self._file.close()  # closing the descriptor drops the flock
             self._file = None
 
-    def __enter__(self) -> StudyLock:
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 

@@ -1,0 +1,377 @@
+"""Search quality: strategies side by side on tasks with known (or best-known) answers.
+
+Every strategy gets the same tasks, seeds, budgets and starting point: trial 0 of every run is
+the task's default config (what a person would try first, and what the LLM sees first), so an
+LLM's lead from a good first guess is not counted as search. Each run goes to the largest
+budget; its best-so-far is read at every smaller one.
+
+Per task and budget it prints the best validation loss (mean and standard deviation over
+seeds), the trials needed to reach the task's target (the median over seeds; ">B" when a seed
+never reached it), and Bayesmark's normalized score: (best - optimum) / (random - optimum),
+where "random" is the mean best-so-far of a reference pool of random searches (seeds apart from
+the benchmarked ones) at the same budget, and "optimum" is the known minimum (analytic tasks)
+or the best value any run found (others). Random search scores about 1; 0 is the optimum.
+
+    python bench/search.py --quick                   # a few minutes: 3 cheap tasks, 2 seeds
+    python bench/search.py                           # the full run (about an hour on 2 cores)
+    python bench/search.py --llm openai:gpt-4o-mini  # or any OpenAI-compatible endpoint:
+    python bench/search.py --llm openai:MODEL --llm-base-url http://127.0.0.1:8000/v1
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers  # noqa: E402
+
+STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid")
+# Also accepted: hybrid:STARTUP/EVERY, a variant of the hybrid rule (the LLM proposes the first
+# STARTUP trials after the default, then every EVERY-th; 0 = never again).
+TARGET_SCORE = 0.2  # "reached the target": 80% of the way from random search to the optimum
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    space: SearchSpace
+    default: Mapping[str, Any]  # trial 0 of every run
+    fn: Callable[[Mapping[str, Any]], float]  # the loss of a config (lower is better)
+    description: str  # what the LLM is told
+    optimum: float | None = None  # the known minimum, where there is one
+
+
+# Analytic functions ---------------------------------------------------------------------------
+
+def _branin(c: Mapping[str, Any]) -> float:
+    x1, x2 = c["x1"], c["x2"]
+    b, cc, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 ** 2 + cc * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def _mixed(c: Mapping[str, Any]) -> float:
+    """A training-run-shaped function: a log-scaled rate, a log-scaled width, an activation
+    and a dropout; minimum 0 at lr = 10^-2.5, width 128, relu, dropout 0.1."""
+    return ((math.log10(c["lr"]) + 2.5) ** 2 + 0.125 * (math.log2(c["width"]) - 7) ** 2
+            + {"relu": 0.0, "tanh": 0.3, "sigmoid": 1.0}[c["activation"]]
+            + 4 * (c["dropout"] - 0.1) ** 2)
+
+
+# scikit-learn models on the data sets scikit-learn ships, scored by cross-validation ----------
+
+def _cv(model: Any, data: str, folds: int = 3) -> float:
+    from sklearn import datasets
+    from sklearn.model_selection import cross_val_score
+
+    x, y = getattr(datasets, f"load_{data}")(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence warnings of short MLP fits
+        if data == "diabetes":  # regression: the error as a share of the label's variance
+            mse = -cross_val_score(model, x, y, cv=folds, scoring="neg_mean_squared_error")
+            return float(mse.mean() / y.var())
+        return float(1.0 - cross_val_score(model, x, y, cv=folds).mean())
+
+
+def _svm(c: Mapping[str, Any]) -> float:
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    return _cv(make_pipeline(StandardScaler(), SVC(C=c["C"], gamma=c["gamma"])), "breast_cancer")
+
+
+def _forest(c: Mapping[str, Any]) -> float:
+    from sklearn.ensemble import RandomForestClassifier
+
+    return _cv(RandomForestClassifier(
+        n_estimators=c["n_estimators"], max_depth=c["max_depth"], max_features=c["max_features"],
+        min_samples_leaf=c["min_samples_leaf"], random_state=0, n_jobs=1), "wine")
+
+
+def _boosting(c: Mapping[str, Any]) -> float:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return _cv(GradientBoostingRegressor(
+        learning_rate=c["learning_rate"], n_estimators=c["n_estimators"],
+        max_depth=c["max_depth"], subsample=c["subsample"], random_state=0), "diabetes")
+
+
+def _mlp(c: Mapping[str, Any]) -> float:
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    return _cv(make_pipeline(StandardScaler(), MLPClassifier(
+        hidden_layer_sizes=(c["hidden"],), alpha=c["alpha"],
+        learning_rate_init=c["learning_rate_init"], activation=c["activation"], max_iter=40,
+        random_state=0)), "digits")
+
+
+def _ctr(c: Mapping[str, Any]) -> float:
+    data = _ctr_data()
+    return trainers.ctr_lightning(data)({**c, "epochs": 2, "seed": 0},
+                                        lambda e, v: None).best_val_loss
+
+
+_DATA: dict[str, Any] = {}
+
+
+def _ctr_data() -> Any:
+    if "ctr" not in _DATA:
+        _DATA["ctr"] = trainers.load_data("synthetic:10000")
+    return _DATA["ctr"]
+
+
+TASKS: dict[str, Task] = {t.name: t for t in [
+    Task("branin", SearchSpace.of(x1=Float(-5.0, 10.0), x2=Float(0.0, 15.0)),
+         {"x1": 2.5, "x2": 7.5}, _branin,
+         "Minimise the Branin function of x1 and x2 (three global minima).", 0.397887),
+    Task("mixed", SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
+                                 activation=Categorical(["relu", "tanh", "sigmoid"]),
+                                 dropout=Float(0.0, 0.5)),
+         {"lr": 1e-3, "width": 64, "activation": "tanh", "dropout": 0.0}, _mixed,
+         "A synthetic stand-in for a training run: the loss depends on the learning rate, the "
+         "layer width, the activation and the dropout.", 0.0),
+    Task("svm-cancer", SearchSpace.of(C=Float(1e-3, 1e3, log=True),
+                                      gamma=Float(1e-5, 10.0, log=True)),
+         {"C": 1.0, "gamma": 0.03}, _svm,
+         "An RBF support-vector classifier on scikit-learn's breast-cancer data (569 rows, 30 "
+         "standardised features); loss = 1 - 3-fold cross-validated accuracy."),
+    Task("forest-wine", SearchSpace.of(n_estimators=Int(10, 200, log=True),
+                                       max_depth=Int(1, 20), max_features=Float(0.1, 1.0),
+                                       min_samples_leaf=Int(1, 10)),
+         {"n_estimators": 50, "max_depth": 10, "max_features": 0.5, "min_samples_leaf": 1},
+         _forest, "A random forest on scikit-learn's wine data (178 rows, 13 features, 3 "
+         "classes); loss = 1 - 3-fold cross-validated accuracy."),
+    Task("boosting-diabetes", SearchSpace.of(
+        learning_rate=Float(1e-3, 1.0, log=True), n_estimators=Int(10, 300, log=True),
+        max_depth=Int(1, 6), subsample=Float(0.5, 1.0)),
+         {"learning_rate": 0.1, "n_estimators": 100, "max_depth": 3, "subsample": 1.0},
+         _boosting, "Gradient-boosted trees regressing scikit-learn's diabetes data (442 rows, "
+         "10 features); loss = 3-fold cross-validated MSE / variance of the target."),
+    Task("mlp-digits", SearchSpace.of(
+        hidden=Int(16, 256, log=True), alpha=Float(1e-6, 1e-1, log=True),
+        learning_rate_init=Float(1e-4, 1e-1, log=True),
+        activation=Categorical(["relu", "tanh"])),
+         {"hidden": 64, "alpha": 1e-4, "learning_rate_init": 1e-3, "activation": "relu"},
+         _mlp, "A one-hidden-layer MLP (Adam, 40 epochs) on scikit-learn's 8x8 digits (1,797 "
+         "rows, 10 classes); loss = 1 - 3-fold cross-validated accuracy."),
+    Task("ctr-lightning", SearchSpace.of(
+        lr=Float(1e-5, 1e-1, log=True), batch_size=Categorical([256, 512, 1024, 2048, 4096]),
+        precision=Categorical(["32-true", "bf16-mixed"]), dropout=Float(0.0, 0.5)),
+         {"lr": 1e-3, "batch_size": 1024, "precision": "32-true", "dropout": 0.2}, _ctr,
+         "The built-in click-through-rate model (embeddings + MLP, Adam) with PyTorch Lightning "
+         "on 10,000 synthetic Criteo-shaped rows, 2 epochs; loss = best validation log-loss."),
+]}
+
+
+# The harness ----------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    task: str
+    strategy: str
+    seed: int
+    values: list[float]  # loss of each trial in order (inf for a failed trial)
+    configs: list[dict[str, Any]]
+    proposers: list[str | None]
+    seconds: float
+
+    def best_at(self, budget: int) -> float:
+        return min(self.values[:budget], default=math.inf)
+
+
+@dataclass
+class Results:
+    runs: list[Run] = field(default_factory=list)
+    reference: dict[str, list[Run]] = field(default_factory=dict)  # random-search pools
+    model: str = "none"
+
+    def optimum(self, task: Task) -> float:
+        if task.optimum is not None:
+            return task.optimum
+        seen = [v for r in [*self.runs, *self.reference.get(task.name, [])] for v in r.values]
+        return min(seen)
+
+    def random_mean(self, task: Task, budget: int) -> float:
+        return statistics.fmean(r.best_at(budget) for r in self.reference[task.name])
+
+    def score(self, task: Task, run: Run, budget: int) -> float:
+        """Bayesmark's normalized score: 0 = the optimum, 1 = random search's mean."""
+        opt = self.optimum(task)
+        span = self.random_mean(task, budget) - opt
+        return (run.best_at(budget) - opt) / span if span > 0 else 0.0
+
+    def trials_to_target(self, task: Task, run: Run, budget: int) -> int | None:
+        opt = self.optimum(task)
+        target = opt + TARGET_SCORE * (self.random_mean(task, budget) - opt)
+        return next((i + 1 for i, v in enumerate(run.values[:budget]) if v <= target), None)
+
+
+def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) -> Run:
+    """One search of `budget` trials, its trial 0 the task's default config."""
+    def train(config: Mapping[str, Any], report: Any) -> float:
+        return task.fn(config)
+
+    kind = {"random": "random", "tpe": "tpe", "cmaes": "cmaes"}.get(strategy, "tpe")
+    uses_llm = strategy in ("llm", "hybrid")
+    suggester = None
+    if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
+        from tunepilot.agent.build import agent
+        from tunepilot.agent.suggest import alternate
+
+        startup, every = (int(n) for n in strategy.split(":")[1].split("/"))
+        _, llm_suggester, _ = agent(llm, "llm", task=task.description, n_trials=budget)
+        suggester = alternate(llm_suggester, startup=startup, every=every)
+    tuner = Tuner(trainers.callable(train), task.space,
+                  llm=llm if uses_llm else None, suggester=suggester,
+                  strategy=strategy if uses_llm else "auto",
+                  task=task.description, storage="sqlite:///:memory:",
+                  study=f"{task.name}-{strategy}-{seed}-{uuid.uuid4().hex[:6]}", sampler=kind,
+                  pruner="none", seed=seed, display=None, warm_start=False)
+    tuner.enqueue(dict(task.default))
+    start = time.perf_counter()
+    result = tuner.run(n_trials=budget)
+    seconds = time.perf_counter() - start
+    trials = sorted(result.history, key=lambda t: t.number)
+    return Run(task.name, strategy, seed,
+               [t.value if t.value is not None else math.inf for t in trials],
+               [dict(t.params) for t in trials], [t.proposer for t in trials], seconds)
+
+
+def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[int],
+              budget: int, reference_repeats: int, llm: Any = None,
+              log: Callable[[str], None] = print) -> Results:
+    results = Results(model=_model_name(llm))
+    for task in tasks:
+        # The reference pool: random search with seeds none of the benchmarked runs use.
+        results.reference[task.name] = [run_one(task, "random", 10_000 + i, budget)
+                                        for i in range(reference_repeats)]
+        for strategy in strategies:
+            for seed in seeds:
+                run = run_one(task, strategy, seed, budget, llm)
+                results.runs.append(run)
+                log(f"  {task.name:<18} {strategy:<7} seed {seed}: best {min(run.values):.4g} "
+                    f"in {run.seconds:.0f} s")
+    return results
+
+
+def table(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
+          budgets: Sequence[int]) -> str:
+    lines = ["| task | budget | " + " | ".join(strategies) + " |",
+             "|---|---|" + "---|" * len(strategies)]
+    for task in tasks:
+        for budget in budgets:
+            cells = []
+            for strategy in strategies:
+                runs = [r for r in results.runs if r.task == task.name and r.strategy == strategy]
+                if not runs:
+                    cells.append("-")
+                    continue
+                best = [r.best_at(budget) for r in runs]
+                scores = [results.score(task, r, budget) for r in runs]
+                reach = [results.trials_to_target(task, r, budget) for r in runs]
+                hit = sorted(n if n is not None else budget + 1 for n in reach)
+                med = hit[len(hit) // 2]
+                cells.append(f"{statistics.fmean(best):.4g} ± {_std(best):.2g}; "
+                             f"score {statistics.fmean(scores):.2f} ± {_std(scores):.2f}; "
+                             f"target {med if med <= budget else f'>{budget}'}")
+            lines.append(f"| {task.name} | {budget} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
+            budgets: Sequence[int]) -> str:
+    """Mean normalized score per strategy and budget over the tasks (lower is better)."""
+    lines = ["| strategy | " + " | ".join(f"score @{b}" for b in budgets) + " |",
+             "|---|" + "---|" * len(budgets)]
+    for strategy in strategies:
+        cells = []
+        for budget in budgets:
+            per_task = [statistics.fmean(results.score(t, r, budget) for r in results.runs
+                                         if r.task == t.name and r.strategy == strategy)
+                        for t in tasks if any(r.task == t.name and r.strategy == strategy
+                                              for r in results.runs)]
+            cells.append(f"{statistics.fmean(per_task):.2f}" if per_task else "-")
+        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _std(xs: Sequence[float]) -> float:
+    finite = [x for x in xs if math.isfinite(x)]
+    return statistics.stdev(finite) if len(finite) > 1 else 0.0
+
+
+def _model_name(llm: Any) -> str:
+    if llm is None:
+        return "none"
+    spec = getattr(llm, "spec", llm)
+    if spec in ("local", "auto"):
+        from tunepilot.agent import local
+
+        return f"local: {local.LABEL}"
+    base = getattr(llm, "base_url", None)
+    return f"{spec}" + (f" at {base}" if base else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 cheap tasks, 2 seeds, 10 trials")
+    parser.add_argument("--tasks", help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--seeds", type=int, help="seeds per strategy [3; quick 2]")
+    parser.add_argument("--llm", default="local", help="LLM spec for llm/hybrid [local]")
+    parser.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --llm openai:MODEL")
+    args = parser.parse_args()
+    import optuna
+
+    from tunepilot.agent.llm import LLMSettings
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # sklearn and torch on one core each trial
+    if args.quick:
+        names, seeds, budgets, repeats = ["branin", "mixed", "svm-cancer"], 2, [5, 10], 6
+    else:
+        names = [n for n in TASKS if n != "ctr-lightning"]
+        seeds, budgets, repeats = 3, [5, 10, 20, 30], 6
+    if args.tasks:
+        names = args.tasks.split(",")
+    tasks = [TASKS[n] for n in names]
+    seeds = args.seeds or seeds
+    strategies = args.strategies.split(",")
+    llm = LLMSettings(args.llm, args.llm_base_url, timeout=120.0)
+    results = Results()
+    start = time.time()
+    print(f"# search benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}: "
+          f"{os.cpu_count()} cores, Python {platform.python_version()}, optuna "
+          f"{optuna.__version__}")
+    print(f"tasks {names}; strategies {strategies}; seeds 0..{seeds - 1}; budgets {budgets}; "
+          f"random reference pool {repeats} runs per task")
+    for task in tasks:
+        part = benchmark([task], strategies, range(seeds), max(budgets), repeats, llm)
+        results.runs += part.runs
+        results.reference.update(part.reference)
+        results.model = part.model
+    print(f"\nLLM: {results.model}; wall {time.time() - start:.0f} s\n")
+    print("Per task: mean best loss ± std over seeds; normalized score (0 = optimum, 1 = random "
+          f"search) ± std; median trials to reach score {TARGET_SCORE}.\n")
+    print(table(results, tasks, strategies, budgets))
+    print("\nMean normalized score over the tasks (lower is better):\n")
+    print(summary(results, tasks, strategies, budgets))
+
+
+if __name__ == "__main__":
+    main()

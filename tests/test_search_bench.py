@@ -1,0 +1,65 @@
+"""The search-quality harness (bench/search.py) in a tiny configuration: its bookkeeping."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.llm_server import ScriptedLLMServer
+from tests.test_llm import openai_model
+
+
+@pytest.fixture(scope="module")
+def search():
+    spec = importlib.util.spec_from_file_location("bench_search", ROOT / "bench" / "search.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_strategy_gets_the_same_seeds_budget_and_start(search):
+    task = search.TASKS["mixed"]
+    count = iter(range(1000))
+
+    def reply(request):  # a model that walks the learning rate down, one step a trial
+        lr = 10 ** -(1 + 0.3 * next(count))
+        return json.dumps({"config": {"lr": lr, "width": 128, "activation": "relu",
+                                      "dropout": 0.1}, "rationale": "lower the rate"})
+
+    with ScriptedLLMServer(reply) as server:
+        results = search.benchmark([task], ["random", "tpe", "hybrid"], seeds=range(3),
+                                   budget=6, reference_repeats=4, log=lambda line: None,
+                                   llm=openai_model(server.base_url))
+    for strategy in ("random", "tpe", "hybrid"):
+        runs = [r for r in results.runs if r.strategy == strategy]
+        assert sorted(r.seed for r in runs) == [0, 1, 2]
+        assert all(len(r.values) == 6 for r in runs)
+        assert all(r.configs[0] == task.default and r.proposers[0] == "human" for r in runs)
+    hybrid = [r for r in results.runs if r.strategy == "hybrid"]
+    assert all("llm" in r.proposers and "optuna" in r.proposers for r in hybrid)
+    assert results.optimum(task) == 0.0  # the analytic minimum, not the best seen
+    text = search.table(results, [task], ["random", "tpe", "hybrid"], [3, 6])
+    assert text.count("| mixed |") == 2 and "score" in text
+
+
+def test_random_search_scores_about_one(search):
+    task = search.TASKS["branin"]
+    results = search.benchmark([task], ["random"], seeds=range(8), budget=10,
+                               reference_repeats=16, log=lambda line: None)
+    # The reference pool against its own mean is 1 by construction; random search with other
+    # seeds lands near it.
+    own = [results.score(task, r, 10) for r in results.reference["branin"]]
+    assert statistics.fmean(own) == pytest.approx(1.0)
+    scores = [results.score(task, r, 10) for r in results.runs]
+    assert 0.5 < statistics.fmean(scores) < 1.6
+    # Best-so-far never gets worse with budget; trials-to-target is within the budget or None.
+    for r in results.runs:
+        assert r.best_at(5) >= r.best_at(10)
+        reach = results.trials_to_target(task, r, 10)
+        assert reach is None or 1 <= reach <= 10

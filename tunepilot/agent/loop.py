@@ -1,0 +1,291 @@
+"""One `Tuner.run`: the objective Optuna calls, the stopping rules, and the gate that admits
+each new trial across workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.storages._heartbeat import is_heartbeat_enabled
+from optuna.trial import TrialState
+
+from tunepilot.agent import interrupts
+from tunepilot.errors import ConfigError, Terminated, TrialFailed
+from tunepilot.memory import History, attrs
+from tunepilot.memory.environment import device, versions
+from tunepilot.trainers.base import TrainResult, check_finite
+
+if TYPE_CHECKING:
+    from tunepilot.agent.tuner import Tuner
+    from tunepilot.memory.lock import StudyLock
+
+_REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
+
+
+class Loop:
+    """Per-run state of `Tuner.run`: the objective and the stopping rules."""
+
+    def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
+                 patience: int | None = None, min_delta: float = 0.0,
+                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None,
+                 timeout: float | None = None):
+        self.tuner = tuner
+        self.timeout = timeout
+        self.llm_token_budget = llm_token_budget
+        self.n_trials = n_trials
+        self.target = target
+        self.patience = patience
+        self.min_delta = min_delta
+        self.llm_budget_usd = llm_budget_usd
+        self.reason: str | None = None
+        self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
+        self.n_new = 0
+        self._last_errors: list[str] = []
+
+    def objective(self, trial: optuna.Trial) -> float:
+        # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
+        # records it once the stack has unwound (_record_interrupt).
+        tuner = self.tuner
+        tuner._early_beat.stop()  # Optuna's own heartbeat runs from here
+        try:
+            config = tuner.space.sample(trial)
+        except Exception as e:
+            # The sampler or suggester failed: a bug (model-caused failures fall back inside
+            # AgentSampler), so stop rather than fail every trial quietly.
+            self.fatal = e
+            trial.study.stop()
+            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            raise
+        tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
+                                  trial.study._storage.get_trial_user_attrs(trial._trial_id)
+                                  .get(attrs.PROPOSER))
+
+        def report(epoch: int, val_loss: float) -> None:
+            interrupts.check()
+            check_finite(epoch, val_loss)
+            trial.report(val_loss, epoch)
+            tuner.display.epoch(trial.number, epoch, val_loss)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
+
+        try:
+            result = tuner.trainer(config, report)
+        except optuna.TrialPruned:
+            raise
+        except ConfigError as e:
+            # Bad input fails every trial alike: stop the search and tell the person.
+            self.fatal = e
+            trial.study.stop()
+            trial.set_user_attr(attrs.ERROR, {"kind": "config", "message": str(e)})
+            raise
+        except Exception as e:
+            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            raise
+        if not isinstance(result, TrainResult):
+            raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
+        check_finite(len(result.curve), result.best_val_loss)
+        if self.target is not None and result.best_val_loss <= self.target:
+            # Before Optuna records the value: from here on no worker's gate admits a trial.
+            with tuner.lock:
+                trial.study.set_user_attr(attrs.STOP, (
+                    f"target {self.target:g} reached by trial {trial.number} "
+                    f"({result.best_val_loss:.4g})"))
+        trial.set_user_attr(attrs.TRAIN, {
+            "wall_time_s": round(result.wall_time_s, 3),
+            "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
+            "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
+            # The trainer knows its device best (an isolated trial ran in another process).
+            "device": result.extra.get("device") or device(),
+            "versions": versions(),
+        })
+        return result.best_val_loss
+
+    def after_trial(self, study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> None:
+        self.n_new += 1
+        self.admit(study, finished=frozen)
+
+    def admit(self, study: optuna.Study, in_optimize: bool = True,
+              finished: optuna.trial.FrozenTrial | None = None) -> bool:
+        """May this worker start another trial? Asked under the study lock, which is kept until
+        Optuna has created the trial: so with any number of workers, the study never holds more
+        than `n_trials` trials, and none starts after another worker reached the target.
+        `finished`: the trial this worker just ended, shown and judged by the stopping rules
+        from the same read of the history (one read per trial, not two)."""
+        tuner = self.tuner
+        while True:
+            tuner.lock.acquire()
+            try:
+                history = History.from_study(study)
+                if finished is not None:
+                    tuner.display.trial_end(history[finished.number]
+                                            if finished.number < len(history) else None, history)
+                    self.reason = self._after_trial_reason(study, history, finished)
+                    finished = None
+                self.reason = self.reason or self._gate_reason(history)
+            except BaseException:
+                tuner.lock.release()
+                raise
+            others = [t for t in history.running() if not t.user_attrs.get(attrs.ASK_TELL)]
+            if not (self.reason and self.reason.startswith("budget") and others
+                    and is_heartbeat_enabled(study._storage)):
+                break
+            # The budget is taken, but by trials still running elsewhere: if one of their
+            # workers died, its trial turns stale and is queued again, and this worker should
+            # run it. Wait for them. (Trials of a person's own loop have no heartbeat: not them.)
+            self.reason = None
+            tuner.lock.release()
+            tuner.display.waiting([t.number for t in others])
+            time.sleep(study._storage.get_heartbeat_interval() or 10)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+        if self.reason is not None:
+            tuner.lock.release()
+            if in_optimize:  # Optuna refuses stop() outside optimize()
+                study.stop()
+            return False
+        tuner._gate_held = True
+        return True
+
+    def _after_trial_reason(self, study: optuna.Study, history: History,
+                            frozen: optuna.trial.FrozenTrial) -> str | None:
+        """The stopping rules that look at the trial that just ended."""
+        if (self.target is not None and frozen.state == TrialState.COMPLETE
+                and frozen.value is not None and frozen.value <= self.target):
+            reason = f"target {self.target:g} reached by trial {frozen.number} ({frozen.value:.4g})"
+            if not history.stop:
+                study.set_user_attr(attrs.STOP, reason)  # tells the other workers
+            return reason
+        if history.stop:
+            return f"stopped by another worker: {history.stop}"
+        if self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
+                >= self.patience:
+            return (f"plateau: {stale} finished trials without an improvement of "
+                    f"{self.min_delta:g} or more")
+        if self.llm_budget_usd is not None and (spent := llm_spend(history)) \
+                >= self.llm_budget_usd:
+            return f"LLM spend ${spent:.4f} reached the budget of ${self.llm_budget_usd:g}"
+        if self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
+                >= self.llm_token_budget:
+            return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
+        if self._failing_alike(frozen):
+            error = frozen.user_attrs.get(attrs.ERROR, {})
+            return (f"the last {_REPEATED_FAILURES} trials failed with the same error "
+                    f"({error.get('message')}); this looks like a bug in the trainer")
+        return None
+
+    def _gate_reason(self, history: History) -> str | None:
+        """The stopping rules of the whole study, checked before each new trial."""
+        best = history.best_trial
+        if history.stop:
+            return f"stopped by another worker: {history.stop}"
+        if self.target is not None and best is not None and best.value <= self.target:
+            return f"target {self.target:g} reached by trial {best.number} ({best.value:.4g})"
+        if history.budget_used() >= self.n_trials:
+            return f"budget of {self.n_trials} trials used"
+        if self.timeout is not None and history.wall_time_s() >= self.timeout:
+            return f"time budget of {self.timeout:g} s used"
+        return None
+
+    def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
+        error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
+        # Divergence, time-outs and OOM depend on the config; only other repeats look like bugs.
+        if not error or error.get("kind") in ("diverged", "timeout", "oom"):
+            self._last_errors.clear()
+            return False
+        self._last_errors.append(error.get("message", ""))
+        tail = self._last_errors[-_REPEATED_FAILURES:]
+        return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
+
+
+class EarlyHeartbeat:
+    """Heartbeats for a trial from its creation until Optuna's own heartbeat takes over."""
+
+    def __init__(self, storage: Any):
+        self.storage = storage
+        self._stop: threading.Event | None = None
+
+    def start(self, trial_id: int) -> None:
+        self.stop()
+        if not is_heartbeat_enabled(self.storage):
+            return
+        stop = self._stop = threading.Event()
+        interval = self.storage.get_heartbeat_interval()
+        self.storage.record_heartbeat(trial_id)
+
+        def beat() -> None:
+            while not stop.wait(interval):
+                self.storage.record_heartbeat(trial_id)
+
+        threading.Thread(target=beat, daemon=True, name="tunepilot-early-heartbeat").start()
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+            self._stop = None
+
+
+def _trials_since_improvement(history: History, min_delta: float) -> int:
+    """Finished trials since the last one that beat the best before it by min_delta or more."""
+    finished = history.finished()
+    best, last = float("inf"), -1
+    for i, t in enumerate(finished):
+        if t.state == "complete" and t.value is not None and t.value <= best - min_delta:
+            best, last = t.value, i
+        elif t.state == "complete" and t.value is not None:
+            best = min(best, t.value)
+    return len(finished) - 1 - last
+
+
+def llm_spend(history: History) -> float:
+    """USD spent on the LLM over the whole study (trials with a known price)."""
+    return sum((t.user_attrs.get(attrs.LLM) or {}).get("cost_usd") or 0.0 for t in history)
+
+
+def llm_tokens(history: History) -> int:
+    """Tokens sent to and received from the LLM over the whole study."""
+    return sum((t.user_attrs.get(attrs.LLM) or {}).get("tokens_in", 0)
+               + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
+
+
+def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> None:
+    """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
+    (an interrupt between Optuna creating the trial and running it leaves it RUNNING)."""
+    trial_id = getattr(study.sampler, "last_trial_id", None)
+    if trial_id is None:
+        return
+    storage = study._storage
+    trial = storage.get_trial(trial_id)
+    if trial.state == TrialState.RUNNING:
+        storage.set_trial_user_attr(trial_id, attrs.ERROR,
+                                    {"kind": "interrupted", "message": signal_name(e)})
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    elif trial.state == TrialState.FAIL and attrs.ERROR not in trial.user_attrs:
+        # Optuna failed it already and a finished trial takes no more attributes: note the
+        # cause on the study, where History finds it.
+        with lock:  # other workers write this attr too
+            interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
+            interrupted[str(trial.number)] = signal_name(e)
+            study.set_user_attr(attrs.INTERRUPTED, interrupted)
+
+
+def signal_name(e: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+
+
+def _describe_error(e: BaseException) -> dict[str, str]:
+    if isinstance(e, TrialFailed):  # its message says what happened; no type name needed
+        return {"kind": e.kind, "message": str(e)[:500], "where": ""}
+    elif isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        kind = "oom"
+    else:
+        kind = "exception"
+    text = str(e).strip().splitlines()
+    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return {"kind": kind, "message": message, "where": where}
