@@ -53,11 +53,13 @@ def overhead(url: str, n: int = 100) -> float:
     tuner = Tuner(trainers.callable(lambda c, r: (c["x"] - 2.0) ** 2),
                   SearchSpace.of(x=Float(-10, 10)), storage=url,
                   study=f"bench-overhead-{uuid.uuid4().hex[:8]}", sampler="random",
-                  pruner="none")
+                  pruner="none", display=None)
     tuner.run(n_trials=5)  # connections, tables, imports
     start = time.perf_counter()
     tuner.run(n_trials=5 + n)
-    return (time.perf_counter() - start) / n * 1000
+    ms = (time.perf_counter() - start) / n * 1000
+    optuna.delete_study(study_name=tuner.study_name, storage=tuner.storage)
+    return ms
 
 
 def calibrate() -> int:
@@ -86,6 +88,7 @@ def throughput(url: str, task: str, n_workers: int, n_trials: int, workdir: Path
     for p in procs:
         p.wait()
     trials = optuna.load_study(study_name=study, storage=url).trials
+    optuna.delete_study(study_name=study, storage=url)  # leave the database as it was
     first = min(t.datetime_start for t in trials)
     last = max(t.datetime_complete for t in trials)
     wall = (last - first).total_seconds()

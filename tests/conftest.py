@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +58,20 @@ def any_storage(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def study_name(request: pytest.FixtureRequest) -> str:
+def study_name(request: pytest.FixtureRequest) -> Iterator[str]:
     """A name no other test uses: server databases outlive a test."""
     import uuid
 
-    return f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    name = f"{request.node.name[:40]}-{uuid.uuid4().hex[:8]}"
+    yield name
+    # Server databases outlive the test: leave them as they were.
+    import optuna
+
+    for url in SERVERS.values():
+        try:
+            optuna.delete_study(study_name=name, storage=url)
+        except Exception:  # not created there, or no server  # noqa: BLE001
+            pass
 
 
 TOY_SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'

@@ -116,10 +116,9 @@ def create(**kwargs: Any) -> None:
 
 
 # `tune create` takes `tune run`'s options (one list to keep), all but --n-workers.
-_run_sig = inspect.signature(run)
+_run_sig = inspect.signature(run, eval_str=True)  # typer reads the help from Annotated
 create.__signature__ = _run_sig.replace(  # type: ignore[attr-defined]
     parameters=[p for p in _run_sig.parameters.values() if p.name != "n_workers"])
-create.__annotations__ = {k: v for k, v in run.__annotations__.items() if k != "n_workers"}
 app.command()(create)
 
 
