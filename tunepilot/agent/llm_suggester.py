@@ -24,7 +24,7 @@ import tenacity
 
 from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Suggestion, SuggestionFailed
-from tunepilot.memory import History, TrialRecord
+from tunepilot.memory import History
 from tunepilot.memory.compact import compact, trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
@@ -250,12 +250,11 @@ def _first_json_object(text: str) -> Any:
 
 
 def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) -> None:
-    key = TrialRecord(-1, "", config, None).key
-    for t in history:
-        if t.params and t.key == key:
-            state = "is running now" if t.state == "running" else f"was tried as trial #{t.number}"
-            raise ValueError(f"this configuration {state} ({trial_line(t, list(space.params))}); "
-                             "propose a different one")
+    t = history.with_config(config)
+    if t is not None:
+        state = "is running now" if t.state == "running" else f"was tried as trial #{t.number}"
+        raise ValueError(f"this configuration {state} ({trial_line(t, list(space.params))}); "
+                         "propose a different one")
 
 
 

@@ -24,7 +24,7 @@ from optuna.samplers import BaseSampler
 
 from tunepilot.agent import interrupts
 from tunepilot.errors import ConfigError, TuneError, did_you_mean
-from tunepilot.memory import History, TrialRecord, attrs
+from tunepilot.memory import History, attrs
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ class AgentSampler(BaseSampler):
             # check and record as one step, so the check holds for everyone.
             with self.lock or contextlib.nullcontext():
                 history = History.from_study(study, exclude=trial.number)
-                clash = _same_config(history, suggestion.params)
+                clash = history.with_config(suggestion.params)
                 if clash is None:
                     self._record(study, trial, suggestion)
                     return dict(suggestion.params)
@@ -205,12 +205,6 @@ class AgentSampler(BaseSampler):
 
     def reseed_rng(self) -> None:
         self.fallback.reseed_rng()
-
-
-def _same_config(history: History, params: Mapping[str, Any]) -> TrialRecord | None:
-    """A running or finished trial with exactly this config, if any."""
-    key = TrialRecord(-1, "", params, None).key
-    return next((t for t in history if t.params and t.state != "waiting" and t.key == key), None)
 
 
 def _is_enqueued(trial: FrozenTrial) -> bool:

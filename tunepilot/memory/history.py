@@ -151,6 +151,12 @@ class History(Sequence[TrialRecord]):
     def running(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.state == "running"]
 
+    def with_config(self, params: Mapping[str, Any]) -> TrialRecord | None:
+        """The first trial (running or done; not a queued one) that has exactly this config."""
+        key = TrialRecord(-1, "", params, None).key
+        return next((t for t in self.trials
+                     if t.params and t.state != "waiting" and t.key == key), None)
+
     def to_frame(self) -> Any:
         """The trials as a pandas DataFrame: one row per trial, one column per parameter."""
         import pandas as pd
