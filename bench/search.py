@@ -333,6 +333,8 @@ def main() -> None:
     parser.add_argument("--tasks", help=f"comma-separated, of {', '.join(TASKS)}")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, help="seeds per strategy [3; quick 2]")
+    parser.add_argument("--budgets", help="comma-separated trial budgets [5,10,20,30]")
+    parser.add_argument("--repeats", type=int, help="random-search reference runs per task [6]")
     parser.add_argument("--llm", default="local", help="LLM spec for llm/hybrid [local]")
     parser.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --llm openai:MODEL")
     args = parser.parse_args()
@@ -351,6 +353,8 @@ def main() -> None:
         names = args.tasks.split(",")
     tasks = [TASKS[n] for n in names]
     seeds = args.seeds or seeds
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else budgets
+    repeats = args.repeats or repeats
     strategies = args.strategies.split(",")
     llm = LLMSettings(args.llm, args.llm_base_url, timeout=120.0)
     results = Results()
