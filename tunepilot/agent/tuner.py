@@ -213,25 +213,22 @@ class Tuner:
         if self._study is None:
             with _quiet_optuna():
                 study = open_study(self.storage, self.study_name, pruner=self.pruner)
-            # Offset the seed by the trials already run, so a resumed search does not replay
-            # the same random proposals.
             done = len(study.get_trials(deepcopy=False))
+            fallback, per_trial = None, None
             if isinstance(self.sampler, str):
                 # Seeded by trial number: a resumed search does not replay its proposals, and
                 # parallel workers (each with the same seed) do not replay one another's.
                 name, seed = self.sampler, self.seed
 
-                def fallback_for_trial(number: int) -> optuna.samplers.BaseSampler:
+                def per_trial(number: int) -> optuna.samplers.BaseSampler:
                     # Spread apart, so seed 1 is not seed 0 shifted by one trial.
                     return optuna_sampler(name, None if seed is None
                                           else (seed * 1_000_003 + number) % 2**32)
-
-                study.sampler = AgentSampler(self.space, self.suggester,
-                                             fallback_for_trial=fallback_for_trial,
-                                             lock=self.lock, on_created=self._created)
             else:
-                study.sampler = AgentSampler(self.space, self.suggester, self.sampler,
-                                             lock=self.lock, on_created=self._created)
+                fallback = self.sampler
+            study.sampler = AgentSampler(self.space, self.suggester, fallback,
+                                         fallback_for_trial=per_trial, lock=self.lock,
+                                         on_created=self._created)
             if self.settings:
                 if done == 0 and self.warm_start:
                     self._warm_start(study)
