@@ -25,7 +25,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel  #
 
 from tunepilot import Categorical, Float, SearchSpace  # noqa: E402
 from tunepilot.agent.llm_suggester import LLMSuggester  # noqa: E402
-from tunepilot.agent.suggest import AgentSampler, optuna_sampler  # noqa: E402
+from tunepilot.agent.samplers import optuna_sampler  # noqa: E402
+from tunepilot.agent.suggest import AgentSampler  # noqa: E402
 from tunepilot.memory import History, open_study  # noqa: E402
 
 SPACE = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True),

@@ -77,7 +77,7 @@ def throughput(url: str, task: str, n_workers: int, n_trials: int, workdir: Path
     study = f"bench-{task}-{n_workers}-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}", "TUNEPILOT_STORAGE": url,
            "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // n_workers))}
-    tune = [sys.executable, "-m", "tunepilot.agent.cli"]
+    tune = [sys.executable, "-m", "tunepilot"]
     subprocess.run([*tune, "create", "--trainer", f"tasks:{task}", "--config", "space.toml",
                     "--llm", "none", "--pruner", "none", "--storage", url, "--study", study,
                     "--n-trials", str(n_trials)], cwd=workdir, env=env, check=True,

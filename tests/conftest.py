@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TUNE = [sys.executable, "-m", "tunepilot.agent.cli"]
+TUNE = [sys.executable, "-m", "tunepilot"]
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -44,7 +44,7 @@ def assert_refused(proc, *fragments):
 def test_help_is_fast_and_imports_no_framework():
     code = (
         "import sys, time; t = time.perf_counter()\n"
-        "from tunepilot.agent.cli import app\n"
+        "from tunepilot.ui.cli import app\n"
         "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in ('torch', 'jax', 'lightning', 'optuna', 'flax', 'optax',"
         " 'langchain_core', 'openai') if m in sys.modules)\n"

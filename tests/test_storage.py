@@ -26,7 +26,8 @@ def test_resume_keeps_trials_attrs_and_settings(any_storage, study_name):
     assert all(len(t.curve) == 3 for t in history)  # per-epoch reports are kept
     assert all(t.duration_s is not None for t in history)
     assert history.best_trial.value == second.best_value
-    assert study.user_attrs[attrs.SETTINGS] == {"config": {"n_trials": 6}}
+    assert history.settings == {"config": {"n_trials": 6}}
+    assert study.user_attrs[attrs.SETTINGS] == {"version": 2, "config": {"n_trials": 6}}
 
 
 def test_failures_are_recorded_with_their_cause(any_storage, study_name):

@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import quadratic
 from tunepilot import ConfigError, Float, SearchSpace, Suggestion, SuggestionFailed, Tuner, trainers
-from tunepilot.agent.suggest import AgentSampler, optuna_sampler
+from tunepilot.agent.samplers import optuna_sampler
+from tunepilot.agent.suggest import AgentSampler
 from tunepilot.memory import History, attrs
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0))

@@ -21,9 +21,16 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Tuner": "tunepilot.agent.tuner",
-    "TuneResult": "tunepilot.agent.tuner",
-    "Proposal": "tunepilot.agent.tuner",
+    "TuneResult": "tunepilot.agent.results",
+    "Proposal": "tunepilot.agent.results",
+    "Observer": "tunepilot.agent.observer",
     "from_config": "tunepilot.agent.build",
+    "create": "tunepilot.agent.studies",
+    "join": "tunepilot.agent.studies",
+    "run": "tunepilot.agent.studies",
+    "run_workers": "tunepilot.agent.studies",
+    "best": "tunepilot.agent.studies",
+    "rerun": "tunepilot.agent.studies",
     "AgentSampler": "tunepilot.agent.suggest",
     "Suggester": "tunepilot.agent.suggest",
     "Suggestion": "tunepilot.agent.suggest",
@@ -48,6 +55,13 @@ _EXPORTS = {
 
 __all__ = [
     "AgentSampler",
+    "Observer",
+    "best",
+    "create",
+    "join",
+    "rerun",
+    "run",
+    "run_workers",
     "Categorical",
     "ConfigError",
     "Diverged",
@@ -75,9 +89,12 @@ __all__ = [
 
 if TYPE_CHECKING:
     from tunepilot import trainers
-    from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
     from tunepilot.agent.build import from_config
-    from tunepilot.agent.tuner import Proposal, Tuner, TuneResult
+    from tunepilot.agent.observer import Observer
+    from tunepilot.agent.results import Proposal, TuneResult
+    from tunepilot.agent.studies import best, create, join, rerun, run, run_workers
+    from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
+    from tunepilot.agent.tuner import Tuner
     from tunepilot.config import TuneConfig, load_config
     from tunepilot.errors import ConfigError, Diverged, TrialFailed, TuneError
     from tunepilot.memory import History, TrialRecord
@@ -89,6 +106,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tunepilot' has no attribute {name!r}")
+    # The faces register what the notebook API forwards to (the live display, plots).
+    importlib.import_module("tunepilot.ui")
     value = importlib.import_module(module)
     if name != "trainers":
         value = getattr(value, name)

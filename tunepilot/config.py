@@ -22,11 +22,18 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from tunepilot.errors import ConfigError, did_you_mean
+from tunepilot.errors import ConfigError, did_you_mean, one_of
+from tunepilot.memory.store import DEFAULT_STORAGE
+from tunepilot.trainers import BUILTIN
+
+# The names a config, the CLI's help and the agent accept: one list each.
+STRATEGIES = ("auto", "optuna", "llm", "hybrid")  # auto: hybrid with an LLM, else optuna
+SAMPLERS = ("tpe", "random", "cmaes", "gp")
+PRUNERS = ("median", "none")
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -68,9 +75,9 @@ class TuneConfig(BaseModel):
     categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
     # auto: hybrid when an LLM is configured (--llm), otherwise optuna
-    strategy: Literal["auto", "optuna", "llm", "hybrid"] = "auto"
-    sampler: Literal["tpe", "random", "cmaes", "gp"] = "tpe"
-    pruner: Literal["median", "none"] = "median"
+    strategy: str = "auto"  # one of STRATEGIES
+    sampler: str = "tpe"  # one of SAMPLERS
+    pruner: str = "median"  # one of PRUNERS
     llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
     llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
     llm_model_path: str | None = None  # a GGUF chat model for --llm local
@@ -80,7 +87,7 @@ class TuneConfig(BaseModel):
     llm_attempts: int = Field(3, ge=1)  # answers per trial before the fallback sampler takes it
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
-    storage: str = "sqlite:///tunepilot.db"
+    storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)
     retry_interrupted: int = Field(1, ge=0)  # re-run a killed worker's trial this many times
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
@@ -98,6 +105,14 @@ class TuneConfig(BaseModel):
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0
 
+    @field_validator("strategy", "sampler", "pruner")
+    @classmethod
+    def _one_of(cls, v: str, info: Any) -> str:
+        options = {"strategy": STRATEGIES, "sampler": SAMPLERS, "pruner": PRUNERS}[info.field_name]
+        if v not in options:
+            raise ValueError(f"expected {one_of(options)}.{did_you_mean(v, options)}")
+        return v
+
     @field_validator("categorical", mode="before")
     @classmethod
     def _split_commas(cls, v: Any) -> Any:
@@ -106,9 +121,8 @@ class TuneConfig(BaseModel):
     def study_name(self) -> str:
         if self.study:
             return self.study
-        from tunepilot.trainers import BUILTIN
-
-        name = f"{self.trainer}-{self.data}" if self.trainer in BUILTIN else self.trainer
+        name = (f"{self.trainer}-{self.data}" if self.trainer in BUILTIN
+                else self.trainer)
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
 
     def public(self) -> dict[str, Any]:
@@ -175,9 +189,6 @@ def _explain(e: ValidationError, where: str) -> str:
                 f"unknown setting '{name}'.{did_you_mean(name, fields)} Valid settings: "
                 f"{', '.join(fields)}"
             )
-        elif err["type"] == "literal_error":
-            parts.append(f"{key}: {err['msg'].replace('Input should be', 'expected')}, "
-                         f"found {err['input']!r}")
         else:
             msg = err["msg"].removeprefix("Value error, ")
             parts.append(f"{key}: {msg} (found {err['input']!r})")

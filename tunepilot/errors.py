@@ -8,7 +8,13 @@ the trial and the search goes on. Bad input from a person (a config, a flag, a d
 from __future__ import annotations
 
 import difflib
+import traceback
 from collections.abc import Iterable
+
+# The kinds of a failed trial, as recorded and shown. Config-dependent kinds say something about
+# the config (the agent should steer away); the others may be a bug.
+ERROR_KINDS = ("exception", "diverged", "oom", "timeout", "crashed", "interrupted", "config")
+CONFIG_DEPENDENT = ("diverged", "timeout", "oom")
 
 
 class TuneError(Exception):
@@ -47,3 +53,31 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     """' Did you mean 'x'?' when a close option exists, else ''."""
     close = difflib.get_close_matches(word, list(options), n=1)
     return f" Did you mean '{close[0]}'?" if close else ""
+
+
+def error_kind(e: BaseException) -> str:
+    """The recorded kind of a trial's exception (see `ERROR_KINDS`)."""
+    if isinstance(e, TrialFailed):
+        return e.kind
+    if isinstance(e, ConfigError):
+        return "config"
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return "oom"
+    return "exception"
+
+
+def describe(e: BaseException) -> dict[str, str]:
+    """{"kind", "message", "where"} of a trial's exception, as recorded on the trial."""
+    if isinstance(e, (TrialFailed, ConfigError)):  # its message says it all; no type name
+        return {"kind": error_kind(e), "message": str(e)[:500], "where": ""}
+    text = str(e).strip().splitlines()
+    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return {"kind": error_kind(e), "message": message, "where": where}
+
+
+def one_of(options: Iterable[str]) -> str:
+    """"'a', 'b' or 'c'": the valid options, for a message."""
+    quoted = [repr(o) for o in options]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"

@@ -10,18 +10,18 @@ import functools
 import json
 from typing import Any
 
-from tunepilot.agent.display import Display
+from tunepilot.agent.observer import Observer
 from tunepilot.agent.suggest import Suggester
 from tunepilot.agent.tuner import Tuner
-from tunepilot.config import TuneConfig
-from tunepilot.errors import ConfigError
+from tunepilot.config import STRATEGIES, TuneConfig
+from tunepilot.errors import ConfigError, one_of
 from tunepilot.memory import open_storage, redact
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 from tunepilot.trainers.ctr_config import check_ctr_keys
 
 
-def from_config(cfg: TuneConfig, display: Display | None = None,
+def from_config(cfg: TuneConfig, display: Observer | None = None,
                 worker: bool = False) -> tuple[Tuner, list[str]]:
     """The `Tuner` a `TuneConfig` describes, and lines that tell the person what was chosen.
 
@@ -39,7 +39,7 @@ def from_config(cfg: TuneConfig, display: Display | None = None,
         notes.append(f"data: {data.describe()}")
         space = trainers.default_space(cfg.trainer).merged(space)
     if cfg.isolate or (cfg.isolate is None and (cfg.trial_timeout or cfg.timeout)):
-        from tunepilot.agent.isolate import Isolated
+        from tunepilot.runtime.isolate import Isolated
 
         preload = {"lightning": ("tunepilot.trainers.lightning_trainer",),
                    "jax": ("tunepilot.trainers.jax_trainer",)}.get(cfg.trainer, ())
@@ -58,8 +58,8 @@ def from_config(cfg: TuneConfig, display: Display | None = None,
     settings["config"]["storage"] = redact(cfg.storage)
     storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
                            retry_stale=cfg.retry_interrupted)
-    tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(),
-                  suggester=suggester, sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
+    tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(), suggester=suggester,
+                  sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
                   display=display, warm_start=not worker)
     return tuner, notes
 
@@ -108,10 +108,10 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     from tunepilot.agent.llm_suggester import LLMSuggester
     from tunepilot.agent.suggest import alternate
 
-    strategies = ("auto", "hybrid", "llm")
+    strategies = tuple(s for s in STRATEGIES if s != "optuna")
     if strategy not in strategies:
-        raise ConfigError(f"Unknown strategy {strategy!r} with an LLM; expected one of "
-                          f"{', '.join(strategies)} (or no llm= for Optuna alone).")
+        raise ConfigError(f"Unknown strategy {strategy!r} with an LLM; expected "
+                          f"{one_of(strategies)} (or no llm= for Optuna alone).")
     if isinstance(llm, str):
         llm = LLMSettings(llm)
     if isinstance(llm, LLMSettings):

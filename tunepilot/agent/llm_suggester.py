@@ -25,7 +25,8 @@ import tenacity
 from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Suggestion, SuggestionFailed
 from tunepilot.memory import History
-from tunepilot.memory.compact import compact, trial_line
+from tunepilot.memory.compact import compact
+from tunepilot.memory.text import trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
 

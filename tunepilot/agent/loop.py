@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -13,17 +12,17 @@ import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from tunepilot.agent import interrupts
-from tunepilot.errors import ConfigError, Terminated, TrialFailed
-from tunepilot.memory import History, attrs
+from tunepilot.errors import CONFIG_DEPENDENT, ConfigError, Terminated, describe
+from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
+from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import TrainResult, check_finite
 
 if TYPE_CHECKING:
     from tunepilot.agent.tuner import Tuner
     from tunepilot.memory.lock import StudyLock
 
-_REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
+REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
 
 
 class Loop:
@@ -44,12 +43,12 @@ class Loop:
         self.reason: str | None = None
         self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
         self.n_new = 0
-        self._last_errors: list[str] = []
 
     def objective(self, trial: optuna.Trial) -> float:
         # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
         # records it once the stack has unwound (_record_interrupt).
         tuner = self.tuner
+        storage = trial.study._storage
         tuner._early_beat.stop()  # Optuna's own heartbeat runs from here
         try:
             config = tuner.space.sample(trial)
@@ -58,11 +57,10 @@ class Loop:
             # AgentSampler), so stop rather than fail every trial quietly.
             self.fatal = e
             trial.study.stop()
-            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            records.error(storage, trial._trial_id, describe(e))
             raise
         tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
-                                  trial.study._storage.get_trial_user_attrs(trial._trial_id)
-                                  .get(attrs.PROPOSER))
+                                  History.proposer_of(storage, trial._trial_id))
 
         def report(epoch: int, val_loss: float) -> None:
             interrupts.check()
@@ -80,10 +78,10 @@ class Loop:
             # Bad input fails every trial alike: stop the search and tell the person.
             self.fatal = e
             trial.study.stop()
-            trial.set_user_attr(attrs.ERROR, {"kind": "config", "message": str(e)})
+            records.error(storage, trial._trial_id, describe(e))
             raise
         except Exception as e:
-            trial.set_user_attr(attrs.ERROR, _describe_error(e))
+            records.error(storage, trial._trial_id, describe(e))
             raise
         if not isinstance(result, TrainResult):
             raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
@@ -91,10 +89,9 @@ class Loop:
         if self.target is not None and result.best_val_loss <= self.target:
             # Before Optuna records the value: from here on no worker's gate admits a trial.
             with tuner.lock:
-                trial.study.set_user_attr(attrs.STOP, (
-                    f"target {self.target:g} reached by trial {trial.number} "
-                    f"({result.best_val_loss:.4g})"))
-        trial.set_user_attr(attrs.TRAIN, {
+                records.stop(trial.study, f"target {self.target:g} reached by trial "
+                             f"{trial.number} ({result.best_val_loss:.4g})")
+        records.train(storage, trial._trial_id, {
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
             "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
@@ -129,7 +126,7 @@ class Loop:
             except BaseException:
                 tuner.lock.release()
                 raise
-            others = [t for t in history.running() if not t.user_attrs.get(attrs.ASK_TELL)]
+            others = [t for t in history.running() if not t.ask_tell]
             if not (self.reason and self.reason.startswith("budget") and others
                     and is_heartbeat_enabled(study._storage)):
                 break
@@ -158,7 +155,7 @@ class Loop:
                 and frozen.value is not None and frozen.value <= self.target):
             reason = f"target {self.target:g} reached by trial {frozen.number} ({frozen.value:.4g})"
             if not history.stop:
-                study.set_user_attr(attrs.STOP, reason)  # tells the other workers
+                records.stop(study, reason)  # tells the other workers
             return reason
         if history.stop:
             return f"stopped by another worker: {history.stop}"
@@ -166,16 +163,15 @@ class Loop:
                 >= self.patience:
             return (f"plateau: {stale} finished trials without an improvement of "
                     f"{self.min_delta:g} or more")
-        if self.llm_budget_usd is not None and (spent := llm_spend(history)) \
+        if self.llm_budget_usd is not None and (spent := history.llm_spend()) \
                 >= self.llm_budget_usd:
             return f"LLM spend ${spent:.4f} reached the budget of ${self.llm_budget_usd:g}"
-        if self.llm_token_budget is not None and (tokens := llm_tokens(history)) \
+        if self.llm_token_budget is not None and (tokens := history.llm_tokens()) \
                 >= self.llm_token_budget:
             return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
-        if self._failing_alike(frozen):
-            error = frozen.user_attrs.get(attrs.ERROR, {})
-            return (f"the last {_REPEATED_FAILURES} trials failed with the same error "
-                    f"({error.get('message')}); this looks like a bug in the trainer")
+        if (message := failing_alike(history)) is not None:
+            return (f"the last {REPEATED_FAILURES} trials failed with the same error "
+                    f"({message}); this looks like a bug in the trainer")
         return None
 
     def _gate_reason(self, history: History) -> str | None:
@@ -190,16 +186,6 @@ class Loop:
         if self.timeout is not None and history.wall_time_s() >= self.timeout:
             return f"time budget of {self.timeout:g} s used"
         return None
-
-    def _failing_alike(self, frozen: optuna.trial.FrozenTrial) -> bool:
-        error = frozen.user_attrs.get(attrs.ERROR) if frozen.state == TrialState.FAIL else None
-        # Divergence, time-outs and OOM depend on the config; only other repeats look like bugs.
-        if not error or error.get("kind") in ("diverged", "timeout", "oom"):
-            self._last_errors.clear()
-            return False
-        self._last_errors.append(error.get("message", ""))
-        tail = self._last_errors[-_REPEATED_FAILURES:]
-        return len(tail) == _REPEATED_FAILURES and len(set(tail)) == 1
 
 
 class EarlyHeartbeat:
@@ -241,15 +227,17 @@ def _trials_since_improvement(history: History, min_delta: float) -> int:
     return len(finished) - 1 - last
 
 
-def llm_spend(history: History) -> float:
-    """USD spent on the LLM over the whole study (trials with a known price)."""
-    return sum((t.user_attrs.get(attrs.LLM) or {}).get("cost_usd") or 0.0 for t in history)
-
-
-def llm_tokens(history: History) -> int:
-    """Tokens sent to and received from the LLM over the whole study."""
-    return sum((t.user_attrs.get(attrs.LLM) or {}).get("tokens_in", 0)
-               + (t.user_attrs.get(attrs.LLM) or {}).get("tokens_out", 0) for t in history)
+def failing_alike(history: History) -> str | None:
+    """The error message when the study's last `REPEATED_FAILURES` finished trials all failed
+    with it (read from the history: a resume or another worker sees the same). Divergence,
+    time-outs and OOM depend on the config, so they never count."""
+    last = history.last_finished(REPEATED_FAILURES)
+    if len(last) < REPEATED_FAILURES or any(
+            t.state != "fail" or not t.error or t.error.get("kind") in CONFIG_DEPENDENT
+            or t.error.get("kind") == "interrupted" for t in last):
+        return None
+    messages = {t.error.get("message", "") for t in last if t.error}
+    return messages.pop() if len(messages) == 1 else None
 
 
 def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> None:
@@ -261,31 +249,11 @@ def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock)
     storage = study._storage
     trial = storage.get_trial(trial_id)
     if trial.state == TrialState.RUNNING:
-        storage.set_trial_user_attr(trial_id, attrs.ERROR,
-                                    {"kind": "interrupted", "message": signal_name(e)})
-        storage.set_trial_state_values(trial_id, TrialState.FAIL)
-    elif trial.state == TrialState.FAIL and attrs.ERROR not in trial.user_attrs:
-        # Optuna failed it already and a finished trial takes no more attributes: note the
-        # cause on the study, where History finds it.
-        with lock:  # other workers write this attr too
-            interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
-            interrupted[str(trial.number)] = signal_name(e)
-            study.set_user_attr(attrs.INTERRUPTED, interrupted)
+        records.fail(storage, trial_id, "interrupted", signal_name(e))
+    elif trial.state == TrialState.FAIL and History.error_of(trial) is None:
+        # Optuna failed it already, and a finished trial takes no more attributes.
+        records.interrupted(study, trial.number, signal_name(e), lock)
 
 
 def signal_name(e: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
-
-
-def _describe_error(e: BaseException) -> dict[str, str]:
-    if isinstance(e, TrialFailed):  # its message says what happened; no type name needed
-        return {"kind": e.kind, "message": str(e)[:500], "where": ""}
-    elif isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
-        kind = "oom"
-    else:
-        kind = "exception"
-    text = str(e).strip().splitlines()
-    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
-    frames = traceback.extract_tb(e.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-    return {"kind": kind, "message": message, "where": where}

@@ -19,12 +19,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import numpy as np
 import optuna
 from optuna.samplers import BaseSampler
 
-from tunepilot.agent import interrupts
-from tunepilot.errors import ConfigError, TuneError, did_you_mean
-from tunepilot.memory import History, attrs
+from tunepilot.errors import TuneError
+from tunepilot.memory import History, attrs, records
+from tunepilot.runtime import interrupts
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -75,27 +76,7 @@ def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Sugg
     return hybrid
 
 
-SAMPLERS = ("tpe", "random", "cmaes", "gp")
 _CLASH_ATTEMPTS = 2  # asks of the suggester when another worker took its config meanwhile
-
-
-def optuna_sampler(name: str, seed: int | None = None) -> BaseSampler:
-    """An Optuna sampler by name: tpe (default), random, cmaes, gp."""
-    name = name.lower()
-    if name == "tpe":
-        # multivariate: lr and batch size interact; independent TPE misses that. constant_liar:
-        # trials running on other workers count as bad, so workers spread out.
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "cmaes":
-        # Categorical parameters (batch size, precision) fall back to random sampling.
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed)
-    raise ConfigError(
-        f"Unknown sampler {name!r}; expected one of {', '.join(SAMPLERS)}.{did_you_mean(name, SAMPLERS)}"
-    )
 
 
 class AgentSampler(BaseSampler):
@@ -105,7 +86,7 @@ class AgentSampler(BaseSampler):
     proposed each trial.
 
     Example:
-        >>> sampler = AgentSampler(space, my_llm_suggester, fallback=optuna_sampler("tpe"))
+        >>> sampler = AgentSampler(space, my_llm_suggester, fallback=TPESampler())
         >>> study = optuna.create_study(sampler=sampler)  # doctest: +SKIP
     """
 
@@ -127,64 +108,71 @@ class AgentSampler(BaseSampler):
         self.lock = lock
         self.on_created = on_created
         self.last_trial_id: int | None = None  # the trial this process started last
+        self._proposals: dict[int, dict[str, Any] | None] = {}  # trial id: the suggester's
 
+    # The suggester is asked once per trial, when Optuna first wants the trial's relative
+    # params; its answer then serves both the relative and the independent sampling. The
+    # relative search space stays the fallback's (what past trials had), so the sampler never
+    # claims a parameter the objective suggests differently, and works in any study.
     def infer_relative_search_space(self, study: optuna.Study,
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        if self.suggester is None or _is_enqueued(trial):
-            return self.fallback.infer_relative_search_space(study, trial)
-        return self.space.distributions()
+        return self.fallback.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if self.suggester is None or _is_enqueued(trial):
             return self.fallback.sample_relative(study, trial, search_space)
+        if trial._trial_id not in self._proposals:
+            self._proposals[trial._trial_id] = self._propose(study, trial)
+        proposal = self._proposals[trial._trial_id]
+        if proposal is None:  # declined, or fell back: the fallback's own joint sample
+            return self.fallback.sample_relative(study, trial, search_space)
+        params = _within(proposal, search_space)
+        rest = {k: d for k, d in search_space.items() if k not in params}
+        if rest:  # what the suggester's space lacks, or has out of the objective's range
+            params.update(self.fallback.sample_relative(study, trial, rest))
+        return params
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        proposal = self._proposals.get(trial._trial_id) or {}
+        if param_name in proposal and _within({param_name: proposal[param_name]},
+                                              {param_name: param_distribution}):
+            return proposal[param_name]
+        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+
+    def _propose(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
+        """The suggester's config for `trial`, recorded; None when the fallback takes it."""
+        storage = study._storage
         # The trial being proposed is RUNNING with no params yet: leave it out.
         history = History.from_study(study, exclude=trial.number)
-        for attempt in range(_CLASH_ATTEMPTS):
+        for _ in range(_CLASH_ATTEMPTS):
             try:
-                suggestion = self.suggester(self.space, history)
+                suggestion = self.suggester(self.space, history)  # type: ignore[misc]
                 interrupts.check()  # a Ctrl-C that arrived inside a model's C code
             except SuggestionFailed as e:
-                record = {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: str(e)}
-                _set_attrs(study, trial, {**record, **e.meta})
-                return self._fallback_relative(study, trial)
+                records.fallback(storage, trial._trial_id, str(e), e.meta)
+                return None
             if suggestion is None:
-                _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
-                return self._fallback_relative(study, trial)
+                records.proposal(storage, trial._trial_id, "optuna")
+                return None
             # Another worker may have started the same config while the model was thinking:
             # check and record as one step, so the check holds for everyone.
             with self.lock or contextlib.nullcontext():
                 history = History.from_study(study, exclude=trial.number)
                 clash = history.with_config(suggestion.params)
                 if clash is None:
-                    self._record(study, trial, suggestion)
+                    if suggestion.notes:
+                        records.notes(study, suggestion.notes, trial.number)
+                    records.proposal(storage, trial._trial_id, suggestion.proposer,
+                                     params=suggestion.params, rationale=suggestion.rationale,
+                                     notes=suggestion.notes, meta=suggestion.meta)
                     return dict(suggestion.params)
         reason = (f"the suggester proposed a config that trial #{clash.number} is already "
                   f"{'running' if clash.state == 'running' else 'done with'} "
                   f"{_CLASH_ATTEMPTS} times")
-        _set_attrs(study, trial, {attrs.PROPOSER: "fallback", attrs.FALLBACK_REASON: reason,
-                                  **suggestion.meta})
-        return self._fallback_relative(study, trial)
-
-    def _record(self, study: optuna.Study, trial: FrozenTrial, suggestion: Suggestion) -> None:
-        # Two writes, not one per field: each is a round trip (and a commit) to the storage.
-        agent = dict(suggestion.meta.get(attrs.LLM, {}))
-        if suggestion.rationale:
-            agent[attrs.RATIONALE] = suggestion.rationale
-        if suggestion.notes:
-            agent[attrs.NOTES_UPDATE] = suggestion.notes
-            study.set_user_attr(attrs.NOTES, {"text": suggestion.notes, "trial": trial.number})
-        record = {**suggestion.meta, attrs.PROPOSER: suggestion.proposer, attrs.LLM: agent,
-                  attrs.PROPOSED: dict(suggestion.params)}
-        _set_attrs(study, trial, record)
-
-    def _fallback_relative(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any]:
-        fallback_space = self.fallback.infer_relative_search_space(study, trial)
-        return self.fallback.sample_relative(study, trial, fallback_space)
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        return self.fallback.sample_independent(study, trial, param_name, param_distribution)
+        records.fallback(storage, trial._trial_id, reason, suggestion.meta)
+        return None
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.last_trial_id = trial._trial_id
@@ -194,25 +182,41 @@ class AgentSampler(BaseSampler):
             self.fallback = self.fallback_for_trial(trial.number)
         if attrs.PROPOSER not in trial.user_attrs:
             if _is_enqueued(trial):
-                _set_attrs(study, trial, {attrs.PROPOSER: "enqueued"})
+                records.proposal(study._storage, trial._trial_id, "enqueued")
             elif self.suggester is None:
-                _set_attrs(study, trial, {attrs.PROPOSER: "optuna"})
+                records.proposal(study._storage, trial._trial_id, "optuna")
         self.fallback.before_trial(study, trial)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
+        self._proposals.pop(trial._trial_id, None)
         self.fallback.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
+        """Optuna calls this in each process of ``n_jobs`` / forked workers: per-trial fallbacks
+        are seeded afresh from then on, not only the current one."""
         self.fallback.reseed_rng()
+        if self.fallback_for_trial is not None:
+            seeded, offset = self.fallback_for_trial, int(np.random.SeedSequence().entropy % 2**31)
+            self.fallback_for_trial = lambda number: seeded(number + offset)
 
 
 def _is_enqueued(trial: FrozenTrial) -> bool:
     return "fixed_params" in trial.system_attrs
 
 
-def _set_attrs(study: optuna.Study, trial: FrozenTrial, values: Mapping[str, Any]) -> None:
-    # Samplers get frozen trials; writing through the storage is how Optuna's own samplers
-    # record per-trial state too.
-    for key, value in values.items():
-        study._storage.set_trial_user_attr(trial._trial_id, key, value)
+def _within(params: Mapping[str, Any], space: Mapping[str, BaseDistribution]) -> dict[str, Any]:
+    """The values of `params` that `space` has and their distributions contain, each of its
+    distribution's type."""
+    kept = {}
+    for name, value in params.items():
+        dist = space.get(name)
+        if dist is None:
+            continue
+        try:
+            internal = dist.to_internal_repr(value)
+            if dist._contains(internal):  # as the distribution's type: 1 -> 1.0 for a float
+                kept[name] = dist.to_external_repr(internal)
+        except (TypeError, ValueError):
+            continue
+    return kept

@@ -12,76 +12,26 @@ import math
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from tunepilot.agent.display import Display
+from tunepilot.agent import observer
 from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
-from tunepilot.agent.suggest import AgentSampler, Suggester, optuna_sampler
-from tunepilot.errors import ConfigError, TuneError, did_you_mean
-from tunepilot.memory import (
-    DEFAULT_STORAGE,
-    History,
-    attrs,
-    load_study,
-    open_storage,
-    open_study,
-)
+from tunepilot.agent.observer import Observer
+from tunepilot.agent.results import Proposal, TuneResult
+from tunepilot.agent.samplers import make_pruner, optuna_sampler
+from tunepilot.agent.suggest import AgentSampler, Suggester
+from tunepilot.errors import ConfigError, TuneError
+from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
 from tunepilot.memory.lock import StudyLock
 from tunepilot.memory.lookup import warm_start
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
-PRUNERS = ("median", "none")
-
-
-class Proposal(dict):
-    """A config from `Tuner.suggest()`: a plain dict, plus which trial it is, who proposed it
-    ("llm", "optuna", "fallback", "human"...) and the LLM's reason, if it proposed it."""
-
-    def __init__(self, config: Mapping[str, Any], *, number: int, proposer: str | None,
-                 rationale: str | None):
-        super().__init__(config)
-        self.number = number
-        self.proposer = proposer
-        self.rationale = rationale
-
-    def __repr__(self) -> str:
-        why = f", rationale={self.rationale!r}" if self.rationale else ""
-        return (f"Proposal(trial {self.number}, {dict(self)!r}, proposer={self.proposer!r}"
-                f"{why})")
-
-
-@dataclass(frozen=True)
-class TuneResult:
-    """What `Tuner.run` ended with. `stop_reason` says which rule stopped the search."""
-
-    study_name: str
-    stop_reason: str
-    best_value: float | None
-    best_params: Mapping[str, Any] | None
-    best_number: int | None
-    n_finished: int  # trials of the study that are done (all runs together)
-    n_new: int  # trials this call ran
-    target_reached: bool
-    interrupted: bool  # by Ctrl-C or SIGTERM
-    terminated: bool  # by SIGTERM
-    history: History
-
-    @property
-    def best_config(self) -> Mapping[str, Any] | None:
-        """The best trial's config, fixed settings included."""
-        return self.best_params
-
-    @property
-    def trials(self) -> Any:
-        """Every trial of the study as a pandas DataFrame."""
-        return self.history.to_frame()
-
+__all__ = ["Proposal", "TuneResult", "Tuner"]
 
 class Tuner:
     """Tunes `trainer` over `space`, remembering every trial in an Optuna study.
@@ -111,7 +61,7 @@ class Tuner:
         pruner: str | optuna.pruners.BasePruner = "median",
         seed: int | None = 0,
         settings: Mapping[str, Any] | None = None,
-        display: Display | str | None = "auto",
+        display: Observer | str | None = "auto",
         warm_start: bool = True,
     ):
         """
@@ -124,7 +74,7 @@ class Tuner:
             strategy: with an LLM, "hybrid" (LLM and Optuna take turns; "auto" means this)
                 or "llm" (the LLM proposes every trial).
             task: one or two sentences for the LLM about what is trained.
-            display: "auto" (live in Jupyter, lines on a terminal), a `Display`, or None.
+            display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
         if space is None or not space.params:
             raise ConfigError(
@@ -148,14 +98,12 @@ class Tuner:
                 llm, strategy, task=task or "Train the user's model; lower loss is better.")
         self.suggester = suggester
         self.sampler = sampler
-        self.pruner = _pruner(pruner)
+        self.pruner = make_pruner(pruner)
         self.seed = seed
         self.settings = dict(settings or {})
         if display == "auto":
-            from tunepilot.agent.notebook import auto_display
-
-            display = auto_display()
-        self.display = display if isinstance(display, Display) else Display()
+            display = observer.auto_display()
+        self.display = display if isinstance(display, Observer) else Observer()
         self.warm_start = warm_start
         self.read_only = False
         self._study: optuna.Study | None = None
@@ -178,7 +126,7 @@ class Tuner:
         if isinstance(storage, str):
             storage = open_storage(storage, heartbeat_s=None)  # a reader beats for no trial
         loaded = load_study(storage, study)
-        saved = (loaded.user_attrs.get(attrs.SETTINGS) or {}).get("space")
+        saved = History.from_study(loaded).settings.get("space")
         if saved:
             space = SearchSpace.model_validate(saved)
         else:  # a study made by plain Optuna: its parameters, as distributions say
@@ -201,7 +149,7 @@ class Tuner:
         if self._asking:
             # A person's own loop: no heartbeat (nothing beats while they train), so no worker
             # ever takes the trial for dead.
-            self.study._storage.set_trial_user_attr(trial._trial_id, attrs.ASK_TELL, True)
+            records.ask_tell(self.study._storage, trial._trial_id)
             return
         # Optuna's heartbeat starts once the config is chosen, which can take an LLM a minute;
         # a worker killed before then would leave a trial RUNNING forever. Beat from now on.
@@ -232,7 +180,7 @@ class Tuner:
             if self.settings:
                 if done == 0 and self.warm_start:
                     self._warm_start(study)
-                study.set_user_attr(attrs.SETTINGS, self.settings)
+                records.settings(study, self.settings)
             self._study = study
         return self._study
 
@@ -248,9 +196,10 @@ class Tuner:
     def plot(self, kind: str = "history") -> Any:
         """A matplotlib figure of the study: "history", "importance", "curves" or "parallel".
         Jupyter shows it inline; `fig.savefig("x.png")` writes it."""
-        from tunepilot.agent import plots
-
-        return plots.plot(self.study, kind)
+        if observer.Faces.plot is None:
+            raise TuneError("Tuner.plot needs tunepilot's faces: `import tunepilot` (or "
+                            "tunepilot.ui) first.")
+        return observer.Faces.plot(self.study, kind)
 
     def suggest(self) -> Proposal:
         """The next config for your own training loop: a dict (fixed settings included) that
@@ -275,9 +224,10 @@ class Tuner:
             self._asking = False
         config = self.space.sample(trial)
         self._open[trial.number] = trial
-        record = study._storage.get_trial_user_attrs(trial._trial_id)
-        return Proposal(config, number=trial.number, proposer=record.get(attrs.PROPOSER),
-                        rationale=(record.get(attrs.LLM) or {}).get(attrs.RATIONALE))
+        storage, trial_id = study._storage, trial._trial_id
+        return Proposal(config, number=trial.number,
+                        proposer=History.proposer_of(storage, trial_id),
+                        rationale=History.rationale_of(storage, trial_id))
 
     def report(self, config: Mapping[str, Any], val_loss: float | None = None, *,
                epoch: int | None = None, error: str | BaseException | None = None) -> bool:
@@ -293,7 +243,8 @@ class Tuner:
         if error is not None or val_loss is None or not math.isfinite(val_loss):
             kind = "exception" if error is not None else "diverged"
             message = str(error) if error is not None else f"validation loss {val_loss}"
-            trial.set_user_attr(attrs.ERROR, {"kind": kind, "message": message[:500]})
+            records.error(study._storage, trial._trial_id,
+                          {"kind": kind, "message": message[:500]})
             study.tell(trial, state=TrialState.FAIL)
         elif epoch is not None:
             trial.report(val_loss, epoch)
@@ -318,7 +269,7 @@ class Tuner:
                        if k in self.space.params}
         except (TypeError, ValueError) as e:
             raise ConfigError(f"enqueue: {e}. The space:\n{self.space.describe()}") from None
-        self.study.enqueue_trial(checked, user_attrs={attrs.PROPOSER: "human"})
+        records.enqueue(self.study, checked, "human")
 
     def _find_open(self, config: Mapping[str, Any]) -> optuna.Trial:
         number = config.number if isinstance(config, Proposal) else None
@@ -343,22 +294,19 @@ class Tuner:
     def hint(self, text: str) -> None:
         """Tells the agent something; it sees the hint in every prompt from the next trial on."""
         self._writable("hint")
-        hints = list(self.study.user_attrs.get(attrs.HINTS) or [])
-        hints.append({"text": str(text), "after_trial": len(self.study.trials)})
-        self.study.set_user_attr(attrs.HINTS, hints)
+        records.hint(self.study, text)
 
     def _warm_start(self, study: optuna.Study) -> None:
         """A new study starts from the best configs and notes of a finished one like it."""
         found = warm_start(self.storage, self.study_name, self.settings)
         if found is None:
             return
-        study.set_user_attr(attrs.WARM_START, {k: v for k, v in found.items()
-                                               if k != "best_params"})
+        records.warm_start(study, {k: v for k, v in found.items() if k != "best_params"})
         config = {k: v for k, v in found["best_params"].items() if k in self.space.params}
         if set(config) == set(self.space.params):
             try:
-                study.enqueue_trial(self.space.snap(config), user_attrs={
-                    attrs.PROPOSER: "enqueued", "warm_start_from": found["study"]})
+                records.enqueue(study, self.space.snap(config), "enqueued",
+                                warm_start_from=found["study"])
             except ValueError:
                 pass  # the old best lies outside the new bounds: the prompt still shows it
 
@@ -387,9 +335,9 @@ class Tuner:
         self.display.start(self.study_name, n_trials, history)
         if target is not None and best is not None and best.value <= target:
             return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
-        if study.user_attrs.get(attrs.STOP) and not history.running():
+        if history.stop and not history.running():
             # A new run with a new goal starts clean (not while other workers are running).
-            study.set_user_attr(attrs.STOP, None)
+            records.stop(study, None)
         if len(history.finished()) >= n_trials and not history.running():
             return self._finish(f"budget of {n_trials} trials already used", 0)
         # The time budget is the study's, like the trial budget: a resumed run, or a worker that
@@ -405,7 +353,7 @@ class Tuner:
         try:
             if loop.admit(study, in_optimize=False):
                 # No n_trials here: the gate counts the trials of every worker.
-                with _quiet_optuna(type(self.display) is not Display):
+                with _quiet_optuna(type(self.display) is not Observer):
                     study.optimize(loop.objective, timeout=time_left,
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
@@ -426,28 +374,15 @@ class Tuner:
         return self._finish(reason, loop.n_new)
 
     def _finish(self, reason: str, n_new: int) -> TuneResult:
-        self.study.set_user_attr(attrs.LAST_STOP, reason)
+        records.last_stop(self.study, reason)
         result = self.summary(reason, n_new)
         self.display.finish(result)
         return result
 
     def summary(self, reason: str, n_new: int = 0) -> TuneResult:
         """The study as it stands, as a `TuneResult` that says it stopped for `reason`."""
-        history = History.from_study(self.study)
-        best = history.best_trial
-        return TuneResult(
-            study_name=self.study_name,
-            stop_reason=reason,
-            best_value=best.value if best else None,
-            best_params={**self.space.fixed, **best.params} if best else None,
-            best_number=best.number if best else None,
-            n_finished=len(history.finished()),
-            n_new=n_new,
-            target_reached=reason.startswith("target"),
-            interrupted=reason.startswith("interrupted"),
-            terminated=reason.startswith("interrupted (SIGTERM"),
-            history=history,
-        )
+        return TuneResult.of(self.study_name, History.from_study(self.study), self.space.fixed,
+                             reason, n_new)
 
 
 @contextlib.contextmanager
@@ -461,18 +396,3 @@ def _quiet_optuna(quiet: bool = True) -> Iterator[None]:
         yield
     finally:
         optuna.logging.set_verbosity(before)
-
-
-def _pruner(pruner: str | optuna.pruners.BasePruner) -> optuna.pruners.BasePruner:
-    if not isinstance(pruner, str):
-        return pruner
-    if pruner == "median":
-        # Judge a trial only after 5 complete trials and from its 2nd epoch: the first epoch of
-        # a CTR model says little about where it ends.
-        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
-    if pruner == "none":
-        return optuna.pruners.NopPruner()
-    raise ConfigError(f"Unknown pruner {pruner!r}; expected one of {', '.join(PRUNERS)}."
-                      f"{did_you_mean(pruner, PRUNERS)}")
-
-

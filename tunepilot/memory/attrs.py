@@ -1,5 +1,7 @@
 """Names of what tunepilot stores on Optuna trials and studies (user attrs), in one place.
 
+Only `memory/` uses these names: `records` writes them, `history` reads them.
+
 Everything is JSON, so any Optuna storage (SQLite, PostgreSQL, MySQL, journal file) keeps it.
 """
 
@@ -15,6 +17,7 @@ TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finis
 # The config a suggester proposed, written (under the study lock) before Optuna stores the
 # params, so other workers see it as running from that instant.
 PROPOSED = "proposed"
+WARM_START_FROM = "warm_start_from"  # on an enqueued trial: the study whose best config it is
 ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.suggest / report)
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]

@@ -7,12 +7,11 @@ depends on k, not on the number of trials (bench/agent.py measures it).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from tunepilot.memory.history import History, TrialRecord
+from tunepilot.memory.history import History
+from tunepilot.memory.text import format_params, trial_line
 
 BEST_K = 5
 RECENT_K = 5
@@ -47,52 +46,6 @@ def compact(history: History, params: Sequence[str], *, best_k: int = BEST_K,
         best=[trial_line(t, params) for t in best],
         recent=[trial_line(t, params) for t in recent],
         failures=[trial_line(t, params) for t in history.failures()[-failures_k:]],
-        running=[f"#{t.number} {format_config(t.params, params)}"
+        running=[f"#{t.number} {format_params(t.params, params)}"
                  for t in history.running()[-running_k:] if t.params],
     )
-
-
-def trial_line(t: TrialRecord, params: Sequence[str]) -> str:
-    config = format_config(t.params, params)
-    if t.state == "complete" and t.value is not None:
-        outcome = f"-> {t.value:.4f}"
-    elif t.state == "pruned":
-        last = f" at {t.curve[-1]:.4f}" if t.curve else ""
-        outcome = f"-> pruned after epoch {len(t.curve)}{last}"
-    elif t.state == "fail":
-        error = t.error or {}
-        outcome = f"-> FAILED ({error.get('kind', 'error')}: {error.get('message', '')[:120]})"
-    else:
-        outcome = f"-> {t.state}"
-    shape = curve_shape(t.curve)
-    proposer = f" [{t.proposer}]" if t.proposer else ""
-    return f"#{t.number}{proposer} {config} {outcome}{f' ({shape})' if shape else ''}"
-
-
-def format_config(values: Mapping[str, Any], params: Sequence[str]) -> str:
-    return " ".join(f"{k}={_fmt(values[k])}" for k in params if k in values)
-
-
-def curve_shape(curve: Sequence[float]) -> str:
-    """'still falling at the last epoch', 'best at epoch 2 of 4, then rising', 'diverged'..."""
-    if not curve:
-        return ""
-    if any(not math.isfinite(v) for v in curve):
-        first = next(i for i, v in enumerate(curve, 1) if not math.isfinite(v))
-        return f"diverged at epoch {first}"
-    if len(curve) == 1:
-        return f"1 epoch: {curve[0]:.4f}"
-    values = " ".join(f"{v:.3f}" for v in curve[:6]) + (" ..." if len(curve) > 6 else "")
-    best = min(range(len(curve)), key=curve.__getitem__)
-    spread = max(curve) - min(curve)
-    if spread < 1e-3:
-        return f"curve {values}: flat"
-    if best == len(curve) - 1:
-        return f"curve {values}: still falling at the last epoch"
-    return f"curve {values}: best at epoch {best + 1} of {len(curve)}, then rising"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)

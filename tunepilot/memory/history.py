@@ -1,6 +1,8 @@
-"""A typed, read-only view of a study's trials: what the agent and the reports read.
+"""A typed, read-only view of a study's trials: what the agent and the faces read.
 
-Built from Optuna's frozen trials in one pass; nothing here writes to the storage.
+Built from Optuna's frozen trials in one pass; nothing here writes to the storage (that is
+`records`). Nothing outside `memory/` reads tunepilot's user attrs by key: they read the typed
+fields here (`TrialRecord.llm.rationale`, `History.llm_spend()`...).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
+from tunepilot.memory.settings import migrate
 
 if TYPE_CHECKING:
     import optuna
@@ -20,6 +23,50 @@ if TYPE_CHECKING:
 
 
 _FINISHED: dict[tuple[Any, ...], TrialRecord] = {}
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """What the LLM said and cost on one trial (also when the trial fell back)."""
+
+    model: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+    latency_s: float | None = None
+    attempts: int = 0
+    errors: tuple[str, ...] = ()
+    rationale: str | None = None  # its one-sentence reason for the config
+    notes: str | None = None  # the notes it wrote when proposing this trial
+
+    @classmethod
+    def from_attr(cls, value: Any) -> LLMCall | None:
+        if not isinstance(value, Mapping) or not value:
+            return None
+        return cls(model=value.get("model"), tokens_in=int(value.get("tokens_in") or 0),
+                   tokens_out=int(value.get("tokens_out") or 0), cost_usd=value.get("cost_usd"),
+                   latency_s=value.get("latency_s"), attempts=int(value.get("attempts") or 0),
+                   errors=tuple(str(e) for e in value.get("errors") or ()),
+                   rationale=value.get(attrs.RATIONALE), notes=value.get(attrs.NOTES_UPDATE))
+
+
+@dataclass(frozen=True)
+class TrainInfo:
+    """What the trainer measured on a finished trial."""
+
+    wall_time_s: float | None = None
+    samples_per_s: float | None = None
+    peak_memory_mb: float | None = None
+    device: str | None = None
+    versions: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_attr(cls, value: Any) -> TrainInfo | None:
+        if not isinstance(value, Mapping):
+            return None
+        return cls(wall_time_s=value.get("wall_time_s"), samples_per_s=value.get("samples_per_s"),
+                   peak_memory_mb=value.get("peak_memory_mb"), device=value.get("device"),
+                   versions=dict(value.get("versions") or {}))
 
 
 @dataclass(frozen=True)
@@ -34,9 +81,25 @@ class TrialRecord:
     end: float | None = None  # POSIX time it finished (None while running)
     retry_of: tuple[int, ...] = ()  # the killed trials this one re-runs (Optuna's retry history)
     proposer: str | None = None
-    rationale: str | None = None
+    llm: LLMCall | None = None  # what the LLM said and cost, if it was asked
+    fallback_reason: str | None = None  # why the suggester did not propose this trial
     error: Mapping[str, str] | None = None  # {"kind", "message"} of a failed trial
-    user_attrs: Mapping[str, Any] = field(default_factory=dict)
+    train: TrainInfo | None = None
+    ask_tell: bool = False  # run by a person's own loop (Tuner.suggest / report)
+    warm_start_from: str | None = None  # the study whose best config this trial re-runs
+    user_attrs: Mapping[str, Any] = field(default_factory=dict)  # as stored, for inspection
+
+    @property
+    def rationale(self) -> str | None:
+        return self.llm.rationale if self.llm else None
+
+    @property
+    def why(self) -> str:
+        """What a person reads next to the trial: its error, else the reason it was proposed
+        (the LLM's rationale, or why the suggester fell back)."""
+        if self.error:
+            return f"{self.error.get('kind')}: {self.error.get('message', '')}"
+        return self.rationale or self.fallback_reason or ""
 
     @functools.cached_property
     def key(self) -> tuple[Any, ...]:
@@ -74,15 +137,21 @@ class TrialRecord:
             # A running trial whose params are not stored yet shows what was proposed for it.
             params=dict(t.params) or (dict(t.user_attrs.get(attrs.PROPOSED) or {})
                                       if t.state.name == "RUNNING" else {}),
-            value=t.value if t.state.name == "COMPLETE" else None,
+            # Multi-objective studies have no single value (t.value raises there).
+            value=t.values[0] if t.state.name == "COMPLETE" and t.values
+            and len(t.values) == 1 else None,
             curve=curve,
             duration_s=duration,
             start=t.datetime_start.timestamp() if t.datetime_start else None,
             end=t.datetime_complete.timestamp() if t.datetime_complete else None,
             retry_of=tuple(t.system_attrs.get("retry_history") or ()),
             proposer=t.user_attrs.get(attrs.PROPOSER),
-            rationale=(t.user_attrs.get(attrs.LLM) or {}).get(attrs.RATIONALE),
+            llm=LLMCall.from_attr(t.user_attrs.get(attrs.LLM)),
+            fallback_reason=t.user_attrs.get(attrs.FALLBACK_REASON),
             error=error,
+            train=TrainInfo.from_attr(t.user_attrs.get(attrs.TRAIN)),
+            ask_tell=bool(t.user_attrs.get(attrs.ASK_TELL)),
+            warm_start_from=t.user_attrs.get(attrs.WARM_START_FROM),
             user_attrs=dict(t.user_attrs),
         )
 
@@ -101,6 +170,8 @@ class History(Sequence[TrialRecord]):
     hints: tuple[str, ...] = ()  # what the person told the agent, oldest first
     warm_start: Mapping[str, Any] = field(default_factory=dict)  # from a finished study
     stop: str | None = None  # why a worker stopped the whole study (target reached), if one did
+    last_stop: str | None = None  # why the last run ended
+    settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
@@ -119,7 +190,22 @@ class History(Sequence[TrialRecord]):
         return cls(tuple(records),
                    notes=notes.get("text", ""), hints=hints,
                    warm_start=user_attrs.get(attrs.WARM_START) or {},
-                   stop=user_attrs.get(attrs.STOP))
+                   stop=user_attrs.get(attrs.STOP), last_stop=user_attrs.get(attrs.LAST_STOP),
+                   settings=migrate(user_attrs.get(attrs.SETTINGS)))
+
+    @staticmethod
+    def proposer_of(storage: Any, trial_id: int) -> str | None:
+        """Who proposed a trial, read now (one round trip, not a whole history)."""
+        return storage.get_trial_user_attrs(trial_id).get(attrs.PROPOSER)
+
+    @staticmethod
+    def rationale_of(storage: Any, trial_id: int) -> str | None:
+        return (storage.get_trial_user_attrs(trial_id).get(attrs.LLM) or {}).get(attrs.RATIONALE)
+
+    @staticmethod
+    def error_of(trial: FrozenTrial) -> Mapping[str, str] | None:
+        """The error tunepilot recorded on `trial`, if any."""
+        return trial.user_attrs.get(attrs.ERROR)
 
     def __len__(self) -> int:
         return len(self.trials)
@@ -156,6 +242,31 @@ class History(Sequence[TrialRecord]):
         key = TrialRecord(-1, "", params, None).key
         return next((t for t in self.trials
                      if t.params and t.state != "waiting" and t.key == key), None)
+
+    def llm_spend(self) -> float:
+        """USD spent on the LLM over the whole study (trials with a known price)."""
+        return sum(t.llm.cost_usd or 0.0 for t in self.trials if t.llm)
+
+    def llm_tokens(self) -> int:
+        """Tokens sent to and received from the LLM over the whole study."""
+        return sum(t.llm.tokens_in + t.llm.tokens_out for t in self.trials if t.llm)
+
+    def llm_calls(self) -> list[LLMCall]:
+        return [t.llm for t in self.trials if t.llm]
+
+    @property
+    def fixed(self) -> Mapping[str, Any]:
+        """The fixed settings of the study's space (epochs, seed...), as stored."""
+        return (self.settings.get("space") or {}).get("fixed") or {}
+
+    def config_of(self, t: TrialRecord) -> dict[str, Any]:
+        """The whole config trial `t` ran: the fixed settings and its parameters."""
+        return {**self.fixed, **t.params}
+
+    def last_finished(self, k: int) -> list[TrialRecord]:
+        """The `k` trials that finished last, in the order they finished."""
+        done = [t for t in self.finished() if t.end is not None]
+        return sorted(done, key=lambda t: (t.end, t.number))[-k:]
 
     def to_frame(self) -> Any:
         """The trials as a pandas DataFrame: one row per trial, one column per parameter."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
-from tunepilot.memory.compact import trial_line
 from tunepilot.memory.history import History
+from tunepilot.memory.settings import migrate
+from tunepilot.memory.text import trial_line
 
 if TYPE_CHECKING:
     import optuna
@@ -36,7 +37,7 @@ def warm_start(storage: optuna.storages.BaseStorage, study_name: str,
     mine = _signature(settings)
     summaries = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=True)
                  if s.study_name != study_name and s.best_trial is not None
-                 and _signature(s.user_attrs.get(attrs.SETTINGS)) == mine]
+                 and _signature(_settings(s.user_attrs)) == mine]
     if mine is None or not summaries:
         return None
     latest = max(summaries, key=lambda s: s._study_id)
@@ -50,3 +51,10 @@ def warm_start(storage: optuna.storages.BaseStorage, study_name: str,
         "best_params": dict(best[0].params),
         "notes": history.notes,
     }
+
+
+def _settings(user_attrs: dict[str, Any]) -> dict[str, Any] | None:
+    try:
+        return migrate(user_attrs.get(attrs.SETTINGS))
+    except ValueError:  # written by a newer tunepilot: not a match for this one
+        return None

@@ -9,23 +9,18 @@ URL forms:
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, did_you_mean
+from tunepilot.memory.redact import redact
 
 if TYPE_CHECKING:
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///tunepilot.db"
 _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***, for logs and reports."""
-    return re.sub(r"(://[^:/@]+:)[^@]+@", r"\1***@", url)
 
 
 def open_storage(url: str, *, heartbeat_s: int | None = 10,
@@ -123,17 +118,14 @@ class _StaleTrial:
         self.grace_s = grace_s
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        from tunepilot.memory import attrs
+        from tunepilot.memory import records
         from tunepilot.memory.lock import StudyLock
 
         lock = StudyLock(study._storage, study.study_name)
         try:
-            with lock:  # read-modify-write of a study attr other workers also write
-                interrupted = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
-                interrupted[str(trial.number)] = (
-                    f"its worker stopped sending heartbeats for {self.grace_s} s (killed, or "
-                    "its machine was lost)")
-                study.set_user_attr(attrs.INTERRUPTED, interrupted)
+            records.interrupted(study, trial.number, (
+                f"its worker stopped sending heartbeats for {self.grace_s} s (killed, or its "
+                "machine was lost)"), lock)
         finally:
             lock.close()
         if self.retry is not None:

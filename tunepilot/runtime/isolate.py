@@ -18,8 +18,8 @@ from typing import Any
 
 import optuna
 
-from tunepilot.agent import interrupts
-from tunepilot.errors import TrialFailed
+from tunepilot.errors import TrialFailed, describe
+from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import Report, Trainer, TrainResult
 
 
@@ -56,7 +56,7 @@ class Isolated:
         self.build = build
         self.timeout_s = timeout_s
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["tunepilot.agent.isolate", *preload])
+        self._context.set_forkserver_preload(["tunepilot.runtime.isolate", *preload])
 
     def __call__(self, config: Mapping[str, Any], report: Report) -> TrainResult:
         parent, child = self._context.Pipe()
@@ -130,12 +130,8 @@ def _child(build: Callable[[], Trainer], config: dict[str, Any], conn: Connectio
     except optuna.TrialPruned as e:
         conn.send(("pruned", str(e)))
     except Exception as e:
-        kind = getattr(e, "kind", None)
-        if kind is None:
-            kind = "oom" if isinstance(e, MemoryError) or "OutOfMemory" in type(e).__name__ \
-                else "exception"
-        text = str(e).strip().splitlines()
-        conn.send(("error", (kind, f"{type(e).__name__}: {text[0] if text else ''}"[:500])))
+        described = describe(e)
+        conn.send(("error", (described["kind"], described["message"])))
     finally:
         conn.close()
 

@@ -13,11 +13,13 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tunepilot.agent.display import Display, console_display, format_params
+from tunepilot.agent.observer import Observer
 from tunepilot.memory import History, TrialRecord
+from tunepilot.memory.text import format_params
+from tunepilot.ui.display import console_display
 
 if TYPE_CHECKING:
-    from tunepilot.agent.tuner import TuneResult
+    from tunepilot.agent.results import TuneResult
 
 _MIN_INTERVAL_S = 0.5
 _ROWS = 8  # latest trials shown
@@ -33,12 +35,12 @@ def in_notebook() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
-def auto_display() -> Display:
+def auto_display() -> Observer:
     """The notebook display in Jupyter, the terminal one (live or plain lines) elsewhere."""
     return NotebookDisplay() if in_notebook() else console_display()
 
 
-class NotebookDisplay(Display):
+class NotebookDisplay(Observer):
     def __init__(self) -> None:
         self._handle: Any = None
         self._last = 0.0
@@ -101,13 +103,13 @@ class NotebookDisplay(Display):
             curve = cur["curve"]
             status = (f"epoch {len(curve)}, val loss {curve[-1]:.4f}" if curve else "starting")
             parts.append(f"<br>running trial {cur['number']} [{_e(cur['proposer'] or '?')}] "
-                         f"{_e(format_params(cur['config']))}: {status}, "
+                         f"{_e(format_params(cur['config'], digits=3))}: {status}, "
                          f"{time.monotonic() - cur['started']:.0f} s "
                          + _sparkline(curve))
         rows = "".join(
             f"<tr><td>{t.number}</td><td>{t.state}</td><td>"
             f"{'' if t.value is None else f'{t.value:.4f}'}</td><td>{_e(t.proposer or '?')}</td>"
-            f"<td>{_e(format_params(t.params))}</td><td>{_e(_why(t))}</td></tr>"
+            f"<td>{_e(format_params(t.params, digits=3))}</td><td>{_e(_why(t))}</td></tr>"
             for t in list(h.finished())[-_ROWS:][::-1])
         if rows:
             parts.append("<table><tr><th>#</th><th>state</th><th>val loss</th><th>by</th>"
@@ -117,9 +119,7 @@ class NotebookDisplay(Display):
 
 
 def _why(t: TrialRecord) -> str:
-    if t.error:
-        return f"{t.error.get('kind')}: {t.error.get('message', '')}"[:90]
-    return (t.rationale or "")[:90]
+    return t.why[:90]
 
 
 def _sparkline(curve: list[float], w: int = 120, h: int = 24) -> str:

@@ -1,8 +1,9 @@
-"""What a person sees while a search runs.
+"""What a person sees of a search on a terminal and in its log.
 
-`Display` has a do-nothing method per event; `PlainDisplay` prints one line per trial (logs,
-CI, pipes); `LiveDisplay` keeps a small live panel on a terminal and prints a line per trial above
-it, so the output stays readable however long the search runs.
+Each is an `Observer` of the run loop: `PlainDisplay` prints one line per trial (logs, CI,
+pipes); `LiveDisplay` keeps a small live panel on a terminal and prints a line per trial above
+it, so the output stays readable however long the search runs; `FileLog` is the study's log.
+Text from a model or a trainer is printed as text, never as rich markup.
 """
 
 from __future__ import annotations
@@ -12,39 +13,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tunepilot.agent.observer import Observer
+from tunepilot.memory.text import format_params
+
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
-    from tunepilot.agent.tuner import TuneResult
+    from tunepilot.agent.results import TuneResult
     from tunepilot.memory import History, TrialRecord
-
-
-class Display:
-    """Receives the events of a run; every hook does nothing unless overridden."""
-
-    def start(self, study: str, n_trials: int, history: History) -> None: ...
-
-    def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None: ...
-
-    def epoch(self, number: int, epoch: int, val_loss: float) -> None: ...
-
-    def trial_end(self, record: TrialRecord | None, history: History) -> None: ...
-
-    def waiting(self, running: list[int]) -> None:
-        """The trial budget is taken; this worker waits for `running` (other workers' trials),
-        in case one of them dies and its trial is queued again."""
-
-    def finish(self, result: TuneResult) -> None: ...
-
-
-def format_params(params: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={_short(v)}" for k, v in params.items())
-
-
-def _short(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.3g}"
-    return str(v)
 
 
 def trial_line(record: TrialRecord, history: History) -> str:
@@ -61,10 +38,49 @@ def trial_line(record: TrialRecord, history: History) -> str:
     duration = f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""
     best_txt = f"best {best.value:.4f} (#{best.number})" if best else "best -"
     return (f"trial {record.number:>3} {mark} {state:<10} {value:>8}   {best_txt:<18} "
-            f"[{record.proposer or '?'}] {duration}  {format_params(record.params)}{tail}")
+            f"[{record.proposer or '?'}] {duration}  {format_params(record.params, digits=3)}"
+            f"{tail}")
 
 
-class PlainDisplay(Display):
+def summary_lines(result: TuneResult) -> list[str]:
+    """What a finished run says: why it stopped, the trials, the best config."""
+    history = result.history
+    states = {s: sum(t.state == s for t in history) for s in ("complete", "pruned", "fail")}
+    lines = [f"\nstopped: {result.stop_reason}",
+             f"trials: {result.n_finished} finished in study {result.study_name} "
+             f"({result.n_new} new): {states['complete']} complete, {states['pruned']} pruned, "
+             f"{states['fail']} failed"]
+    if result.best_params is not None:
+        lines += [f"best: trial {result.best_number}, validation loss {result.best_value:.4f}",
+                  f"  {format_params(result.best_params, digits=3)}"]
+    else:
+        lines.append("best: no trial completed yet")
+    return lines
+
+
+def trials_table(history: History, study: str, limit: int = 30) -> Table:
+    """The trials as a table, best first, with who proposed each and why (`tune show`).
+    Every cell is a `Text`: a rationale or an error holding "[/bold]" prints as it is."""
+    from rich.table import Table
+    from rich.text import Text
+
+    order = {"complete": 0, "pruned": 1, "running": 2, "waiting": 3, "fail": 4}
+    rows = sorted(history, key=lambda t: (order.get(t.state, 5),
+                                          t.value if t.value is not None else float("inf"),
+                                          t.number))
+    table = Table(title=Text(f"study {study}: {len(history)} trials"))
+    for col in ("#", "state", "val loss", "by", "time", "config", "note"):
+        table.add_column(col, overflow="fold")
+    for t in rows[:limit]:
+        value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
+        cells = (str(t.number), t.state, f"{value:.4f}" if value is not None else "-",
+                 t.proposer or "?", f"{t.duration_s:.1f}s" if t.duration_s else "-",
+                 format_params(t.params, digits=3), t.why[:60])
+        table.add_row(*(Text(c) for c in cells))
+    return table
+
+
+class PlainDisplay(Observer):
     """One line per trial, for logs and pipes."""
 
     def __init__(self, console: Console | None = None, prefix: str = ""):
@@ -117,7 +133,7 @@ class LiveDisplay(PlainDisplay):
 
     def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None:
         self._started = time.monotonic()
-        self._current = f"trial {number} [{proposer or '?'}] {format_params(config)}"
+        self._current = f"trial {number} [{proposer or '?'}] {format_params(config, digits=3)}"
         self._refresh()
 
     def epoch(self, number: int, epoch: int, val_loss: float) -> None:
@@ -147,38 +163,7 @@ class LiveDisplay(PlainDisplay):
         self._live.update(Text(line, style="bold cyan", overflow="ellipsis", no_wrap=True))
 
 
-class Tee(Display):
-    """Sends every event to each of `displays`."""
-
-    def __init__(self, *displays: Display):
-        self.displays = displays
-
-    def start(self, study: str, n_trials: int, history: History) -> None:
-        for d in self.displays:
-            d.start(study, n_trials, history)
-
-    def trial_start(self, number: int, config: Mapping[str, Any], proposer: str | None) -> None:
-        for d in self.displays:
-            d.trial_start(number, config, proposer)
-
-    def epoch(self, number: int, epoch: int, val_loss: float) -> None:
-        for d in self.displays:
-            d.epoch(number, epoch, val_loss)
-
-    def trial_end(self, record: TrialRecord | None, history: History) -> None:
-        for d in self.displays:
-            d.trial_end(record, history)
-
-    def waiting(self, running: list[int]) -> None:
-        for d in self.displays:
-            d.waiting(running)
-
-    def finish(self, result: TuneResult) -> None:
-        for d in self.displays:
-            d.finish(result)
-
-
-class FileLog(Display):
+class FileLog(Observer):
     """The study's log file: who proposed each trial and why, its result or error."""
 
     def __init__(self, path: str | Path):
@@ -198,7 +183,7 @@ class FileLog(Display):
         if record is None:
             return
         self._write(trial_line(record, history))
-        why = record.rationale or record.user_attrs.get("fallback_reason")
+        why = record.rationale or record.fallback_reason
         if why:
             self._write(f"    why: {why}")
 
@@ -208,7 +193,7 @@ class FileLog(Display):
         self._write(f"run ends: {result.stop_reason}; {best}")
 
 
-def console_display(console: Console | None = None) -> Display:
+def console_display(console: Console | None = None) -> Observer:
     """A live panel on a terminal, plain lines otherwise."""
     from rich.console import Console
 

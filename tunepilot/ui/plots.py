@@ -2,13 +2,20 @@
 
 matplotlib, not Optuna's plotly figures: a matplotlib figure renders inline in Jupyter, in the
 report file and in a notebook executed in CI with no browser and no JavaScript (plotly's need
-one, or kaleido with a headless Chrome to become images).
+one, or kaleido with a headless Chrome to become images). Where Optuna's matplotlib
+visualizations draw what we want (importance, parallel coordinates) they are used as they are;
+our own remain where Optuna has none: the history coloured by who proposed each trial, and the
+learning curves of the best few trials and the running one (Optuna's draws every trial's).
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from tunepilot.errors import ConfigError, did_you_mean
 from tunepilot.memory import History
 
 if TYPE_CHECKING:
@@ -24,17 +31,14 @@ def plot(study: optuna.Study, kind: str = "history") -> Figure:
     """A figure of `study`: "history" (loss per trial by proposer, best so far), "importance"
     (fANOVA), "curves" (per-epoch losses of the best trials), "parallel" (each completed
     trial's config as a line, coloured by its loss)."""
-    from tunepilot.errors import ConfigError, did_you_mean
-
-    history = History.from_study(study)
     if kind == "history":
-        return history_figure(history)
+        return history_figure(History.from_study(study))
     if kind == "importance":
-        return importance_figure(importance(study))
+        return importance_figure(study)
     if kind == "curves":
-        return curves_figure(history)
+        return curves_figure(History.from_study(study))
     if kind == "parallel":
-        return parallel_figure(history)
+        return parallel_figure(study)
     raise ConfigError(f"Unknown plot {kind!r}; expected one of {', '.join(KINDS)}."
                       f"{did_you_mean(kind, KINDS)}")
 
@@ -74,14 +78,22 @@ def history_figure(history: History) -> Figure:
     return _done(fig)
 
 
-def importance_figure(values: dict[str, float]) -> Figure:
-    fig, ax = _figure()
-    names = list(values)[::-1]
-    ax.barh(names, [values[n] for n in names], color="#1f77b4")
-    ax.set_title("parameter importance (fANOVA)" if values else
-                 "parameter importance: needs 3 completed trials and 2 parameters")
-    ax.set_xlabel("share of the variance of the validation loss")
-    return _done(fig)
+def importance_figure(study: optuna.Study) -> Figure:
+    """Optuna's fANOVA importance plot; a note while there is too little to say."""
+    if not importance(study):
+        fig, ax = _figure()
+        ax.set_title("parameter importance: needs 3 completed trials and 2 parameters")
+        return _done(fig)
+    from optuna.visualization.matplotlib import plot_param_importances
+
+    return _optuna_figure(lambda: plot_param_importances(study))
+
+
+def parallel_figure(study: optuna.Study) -> Figure:
+    """Optuna's parallel coordinates: one axis per parameter, one line per completed trial."""
+    from optuna.visualization.matplotlib import plot_parallel_coordinate
+
+    return _optuna_figure(lambda: plot_parallel_coordinate(study))
 
 
 def curves_figure(history: History, k: int = 5) -> Figure:
@@ -101,56 +113,6 @@ def curves_figure(history: History, k: int = 5) -> Figure:
     return _done(fig)
 
 
-def parallel_figure(history: History) -> Figure:
-    """Parallel coordinates: one vertical axis per parameter (log axes for log-looking ranges,
-    categories spread evenly), one line per completed trial, darker = lower loss."""
-    import math
-
-    import matplotlib
-
-    fig, ax = _figure()
-    done = history.completed()
-    names = sorted({k for t in done for k in t.params})
-    if not done or not names:
-        ax.set_title("parallel coordinates: no completed trial yet")
-        return _done(fig)
-
-    def scaler(name: str) -> tuple[Any, list[str]]:
-        values = [t.params.get(name) for t in done if name in t.params]
-        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            lo, hi = min(values), max(values)
-            log = lo > 0 and hi / lo > 100
-            f = (lambda v: math.log10(v)) if log else (lambda v: v)
-            a, b = f(lo), f(hi)
-            span = (b - a) or 1.0
-            label = (lambda v: str(v)) if all(isinstance(v, int) for v in values) else (
-                lambda v: f"{v:.3g}")
-            return (lambda v: (f(v) - a) / span), [label(lo), label(hi)]
-        choices = sorted({repr(v) for v in values})
-        where = {c: i / max(1, len(choices) - 1) for i, c in enumerate(choices)}
-        return (lambda v: where[repr(v)]), choices
-
-    scales = {n: scaler(n) for n in names}
-    values = [t.value for t in done]
-    lo, hi = min(values), max(values)
-    cmap = matplotlib.colormaps["viridis_r"]
-    for t in sorted(done, key=lambda t: -t.value):  # best drawn last, on top
-        ys = [scales[n][0](t.params[n]) if n in t.params else math.nan for n in names]
-        shade = (t.value - lo) / ((hi - lo) or 1.0)
-        ax.plot(range(len(names)), ys, color=cmap(1 - shade), alpha=0.8,
-                linewidth=2.5 if t.value == lo else 1.0)
-    for i, n in enumerate(names):
-        ax.axvline(i, color="#999999", linewidth=0.8)
-        labels = scales[n][1]
-        ax.text(i, -0.08, labels[0], ha="center", va="top", fontsize=7)
-        ax.text(i, 1.05, labels[-1], ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(names)), names)
-    ax.set_yticks([])
-    ax.set_ylim(-0.2, 1.2)
-    ax.set_title(f"parallel coordinates (darker = lower loss; best {lo:.4g})")
-    return _done(fig)
-
-
 def _figure() -> tuple[Figure, Any]:
     from matplotlib.figure import Figure
 
@@ -158,6 +120,30 @@ def _figure() -> tuple[Figure, Any]:
     # between calls, and Jupyter still renders a returned Figure inline.
     fig = Figure(figsize=(9, 4), dpi=100)
     return fig, fig.add_subplot()
+
+
+def _optuna_figure(draw: Callable[[], Any]) -> Figure:
+    """The figure an Optuna matplotlib plot drew on, taken off pyplot's list (so Jupyter shows
+    the returned figure once, and a long session does not collect open figures)."""
+    import matplotlib.pyplot as plt
+
+    with _quiet():
+        ax = draw()
+    fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+    fig.set_size_inches(9, 4)
+    plt.close(fig)
+    fig.tight_layout()
+    return fig
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        warnings.simplefilter("ignore", UserWarning)  # tight_layout on busy axes
+        yield
 
 
 def _done(fig: Figure) -> Figure:

@@ -1,0 +1,177 @@
+"""What can be done with a stored study, from Python as from `tune`: create it for workers,
+join it from its stored settings, run local workers on it, read its best config, re-run a trial.
+
+The CLI is a face over these functions; a notebook calls them directly.
+
+Example:
+    >>> import tunepilot as tp
+    >>> tuner, cfg, notes = tp.join("postgresql://me@db/tune", "ctr-night")  # doctest: +SKIP
+    >>> tp.run(tuner, cfg)  # what `tune worker` does  # doctest: +SKIP
+    >>> trial, config = tp.best("postgresql://me@db/tune", "ctr-night")  # doctest: +SKIP
+    >>> tp.rerun("postgresql://me@db/tune", "ctr-night", trial.number)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tunepilot.agent.build import build_trainer, from_config
+from tunepilot.agent.observer import Observer
+from tunepilot.agent.results import TuneResult
+from tunepilot.agent.tuner import Tuner
+from tunepilot.config import TuneConfig
+from tunepilot.errors import ConfigError, Terminated
+from tunepilot.memory import History, TrialRecord, load_study, redact
+from tunepilot.runtime import interrupts, pool
+from tunepilot.trainers.base import TrainResult, check_finite
+
+EXIT_BAD_INPUT = 2  # a worker's exit code for bad input (the CLI's too)
+
+
+def check_shared(url: str, what: str) -> None:
+    """SQLite allows one writing process; several workers need a shared storage."""
+    if url.startswith("sqlite"):
+        raise ConfigError(
+            f"{what} shares the study with other processes, and SQLite ({redact(url)}) allows "
+            "only one. Use a database server: --storage postgresql://USER@HOST:5432/DB or "
+            "mysql+pymysql://USER@HOST:3306/DB (workers on several machines), or --storage "
+            "journal:FILE.log (several processes on one machine)."
+        )
+
+
+def worker_command(cfg: TuneConfig) -> str:
+    """The command that starts one more worker on `cfg`'s study (the password left out)."""
+    return shlex.join(["tune", "worker", "--storage", redact(cfg.storage), "--study",
+                       cfg.study_name()])
+
+
+def run(tuner: Tuner, cfg: TuneConfig) -> TuneResult:
+    """Runs `tuner` with `cfg`'s target and budgets; Ctrl-C and SIGTERM end it cleanly."""
+    with interrupts.raising():
+        return tuner.run(cfg.n_trials, target=cfg.target, timeout=cfg.timeout,
+                         patience=cfg.patience, min_delta=cfg.min_delta,
+                         llm_budget_usd=cfg.llm_budget, llm_token_budget=cfg.llm_token_budget)
+
+
+def create(cfg: TuneConfig, display: Observer | None = None) -> tuple[Tuner, list[str]]:
+    """Creates `cfg`'s study with everything workers need (space, task, strategy, target,
+    budgets) and runs nothing; returns its tuner and the lines that say what was chosen."""
+    check_shared(cfg.storage, "`tune create`")
+    tuner, notes = from_config(cfg, display=display)
+    tuner.study  # noqa: B018 (creates the study and stores its settings)
+    return tuner, notes
+
+
+def join(storage: str, study: str | None = None, *, display: Observer | None = None,
+         **overrides: Any) -> tuple[Tuner, TuneConfig, list[str]]:
+    """A tuner on a study made by `tune run` / `tune create` / `create()`, rebuilt from its
+    stored settings, as `tune worker` does. `overrides` replace stored settings that belong to
+    this machine: ``llm``, ``llm_base_url``, ``llm_model_path``, ``isolate``."""
+    check_shared(storage, "`tune worker`")
+    loaded = load_study(storage, study)
+    settings = History.from_study(loaded).settings.get("config")
+    if settings is None:
+        raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
+                          "create`, so its trainer and space are unknown; create it with "
+                          "`tune create --storage URL ...` first.")
+    cfg = TuneConfig.model_validate({**settings, "storage": storage, "study": loaded.study_name,
+                                     **{k: v for k, v in overrides.items() if v is not None}})
+    tuner, notes = from_config(cfg, display=display, worker=True)
+    return tuner, cfg, notes
+
+
+def run_workers(tuner: Tuner, cfg: TuneConfig, n: int) -> TuneResult:
+    """Runs `n` worker processes on this machine on `tuner`'s study (created now if new) and
+    returns the study's summary once they are done. Ctrl-C or SIGTERM reaches each worker,
+    which fails its running trial cleanly; the result then says it was interrupted."""
+    check_shared(cfg.storage, "--n-workers")
+    before = len(History.from_study(tuner.study).finished())
+    ran = pool.run_workers(cfg.storage, cfg.study_name(), n)
+    if EXIT_BAD_INPUT in ran.exit_codes and ran.interrupted is None:
+        raise ConfigError(f"a worker stopped on bad input (exit codes {list(ran.exit_codes)}); "
+                          "see its error above.")
+    history = History.from_study(tuner.study)
+    reason = history.last_stop or "the workers stopped"
+    if ran.interrupted is not None:
+        reason = f"interrupted ({'SIGTERM' if isinstance(ran.interrupted, Terminated) else 'Ctrl-C'})"
+    return tuner.summary(reason, n_new=len(history.finished()) - before)
+
+
+def best(storage: str, study: str | None = None) -> tuple[TrialRecord, dict[str, Any]]:
+    """The best trial of a study and the whole config it ran (fixed settings included)."""
+    loaded = load_study(storage, study)
+    history = History.from_study(loaded)
+    trial = history.best_trial
+    if trial is None:
+        raise ConfigError(f"Study {loaded.study_name} has no completed trial yet; run `tune "
+                          "run` (or wait for it) first.")
+    return trial, history.config_of(trial)
+
+
+@dataclass(frozen=True)
+class Rerun:
+    config: Mapping[str, Any]  # what ran: the trial's config with the fixed settings
+    recorded: TrialRecord  # the trial as the study remembers it
+    result: TrainResult  # what it gave now
+
+    @property
+    def difference(self) -> float | None:
+        """Now minus then, for a trial that completed."""
+        if self.recorded.value is None:
+            return None
+        return self.result.best_val_loss - self.recorded.value
+
+
+def rerun(storage: str, study: str | None, number: int, *,
+          on_start: Callable[[Mapping[str, Any], TrialRecord], None] | None = None,
+          on_epoch: Callable[[int, float], None] | None = None) -> Rerun:
+    """Runs trial `number` of a study again with its recorded config and seed (`tune rerun`);
+    `on_start(config, recorded)` is told what is about to run, `on_epoch(epoch, val_loss)`
+    sees each epoch."""
+    loaded = load_study(storage, study)
+    history = History.from_study(loaded)
+    record = next((t for t in history if t.number == number), None)
+    if record is None or not record.params:
+        raise ConfigError(f"Study {loaded.study_name} has no trial {number} with a config; "
+                          "`tune show` lists its trials.")
+    if "config" not in history.settings:
+        raise ConfigError(f"Study {loaded.study_name} was not created by `tune run`, so its "
+                          "trainer is unknown; rerun the config from Python instead.")
+    cfg = TuneConfig.model_validate({**history.settings["config"], "storage": "sqlite://"})
+    trainer, _ = build_trainer(cfg)
+
+    def report(epoch: int, val_loss: float) -> None:
+        check_finite(epoch, val_loss)
+        if on_epoch is not None:
+            on_epoch(epoch, val_loss)
+
+    config = history.config_of(record)
+    if on_start is not None:
+        on_start(config, record)
+    return Rerun(config, record, trainer(config, report))
+
+
+def resume_command(argv: list[str], result: TuneResult, n_trials: int) -> str:
+    """The `tune` command that continues this study (with a bigger budget if it was used up),
+    from the arguments of the one that ran it."""
+    args = list(argv)
+    if result.stop_reason.startswith("budget") or result.target_reached:
+        args = _drop_option(args, "--n-trials") + ["--n-trials", str(max(n_trials, 1) * 2)]
+    if "--study" not in " ".join(args):
+        args += ["--study", result.study_name]
+    return shlex.join(["tune", *args])
+
+
+def _drop_option(args: list[str], name: str) -> list[str]:
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out

@@ -1,0 +1,122 @@
+"""Every write of tunepilot's per-trial and per-study records: the one writer of study state.
+
+The agent, the loop and the faces call these functions; `History` reads what they wrote as typed
+fields. The keys live in `attrs`; everything is JSON, so any Optuna storage keeps it.
+Per-trial writes go through the storage by trial id (a sampler holds frozen trials, and an
+isolated or interrupted trial has no live `optuna.Trial`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.memory import attrs
+from tunepilot.memory.settings import stamped
+
+if TYPE_CHECKING:
+    import optuna
+
+    from tunepilot.memory.lock import StudyLock
+
+
+def _set(storage: Any, trial_id: int, values: Mapping[str, Any]) -> None:
+    for key, value in values.items():
+        storage.set_trial_user_attr(trial_id, key, value)
+
+
+# Per trial ------------------------------------------------------------------------------------
+
+def proposal(storage: Any, trial_id: int, proposer: attrs.Proposer, *,
+             params: Mapping[str, Any] | None = None, rationale: str | None = None,
+             notes: str | None = None, meta: Mapping[str, Any] | None = None) -> None:
+    """Who proposed the trial's config, and what the agent said and spent doing it. `params`
+    (the proposed config) is visible to other workers before Optuna stores the params."""
+    meta = dict(meta or {})
+    agent = dict(meta.pop(attrs.LLM, None) or {})
+    if rationale:
+        agent[attrs.RATIONALE] = rationale
+    if notes:
+        agent[attrs.NOTES_UPDATE] = notes
+    values: dict[str, Any] = {**meta, attrs.PROPOSER: proposer}
+    if agent:
+        values[attrs.LLM] = agent
+    if params is not None:
+        values[attrs.PROPOSED] = dict(params)
+    _set(storage, trial_id, values)
+
+
+def fallback(storage: Any, trial_id: int, reason: str,
+             meta: Mapping[str, Any] | None = None) -> None:
+    """The suggester could not propose this trial; the sampler did, for `reason`."""
+    _set(storage, trial_id, {**(meta or {}), attrs.PROPOSER: "fallback",
+                             attrs.FALLBACK_REASON: reason})
+
+
+def error(storage: Any, trial_id: int, described: Mapping[str, str]) -> None:
+    """Why the trial failed: {"kind", "message", "where"} (see `tunepilot.errors.describe`)."""
+    storage.set_trial_user_attr(trial_id, attrs.ERROR, dict(described))
+
+
+def train(storage: Any, trial_id: int, figures: Mapping[str, Any]) -> None:
+    """What the trainer measured: wall time, samples/s, peak memory, device, versions."""
+    storage.set_trial_user_attr(trial_id, attrs.TRAIN, dict(figures))
+
+
+def ask_tell(storage: Any, trial_id: int) -> None:
+    """A trial run by a person's own loop: no heartbeat, so no worker takes it for dead."""
+    storage.set_trial_user_attr(trial_id, attrs.ASK_TELL, True)
+
+
+def fail(storage: Any, trial_id: int, kind: str, message: str) -> None:
+    """Fails a running trial (one Optuna has not closed) with its cause."""
+    from optuna.trial import TrialState
+
+    error(storage, trial_id, {"kind": kind, "message": message})
+    storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+
+def enqueue(study: optuna.Study, params: Mapping[str, Any], proposer: attrs.Proposer,
+            **extra: Any) -> None:
+    """Queues `params` as the next trial, proposed by `proposer` ("human", "enqueued")."""
+    study.enqueue_trial(dict(params), user_attrs={attrs.PROPOSER: proposer, **extra})
+
+
+# Per study ------------------------------------------------------------------------------------
+
+def settings(study: optuna.Study, value: Mapping[str, Any]) -> None:
+    """The run's settings (no secrets), stored with the current schema version."""
+    study.set_user_attr(attrs.SETTINGS, stamped(value))
+
+
+def notes(study: optuna.Study, text: str, trial: int) -> None:
+    study.set_user_attr(attrs.NOTES, {"text": text, "trial": trial})
+
+
+def hint(study: optuna.Study, text: str) -> None:
+    hints = list(study.user_attrs.get(attrs.HINTS) or [])
+    hints.append({"text": str(text), "after_trial": len(study.trials)})
+    study.set_user_attr(attrs.HINTS, hints)
+
+
+def warm_start(study: optuna.Study, found: Mapping[str, Any]) -> None:
+    study.set_user_attr(attrs.WARM_START, dict(found))
+
+
+def stop(study: optuna.Study, reason: str | None) -> None:
+    """Tells every worker to start no more trials (None: a new run starts clean)."""
+    study.set_user_attr(attrs.STOP, reason)
+
+
+def last_stop(study: optuna.Study, reason: str) -> None:
+    """Why the last run ended, for the report."""
+    study.set_user_attr(attrs.LAST_STOP, reason)
+
+
+def interrupted(study: optuna.Study, number: int, cause: str, lock: StudyLock) -> None:
+    """The cause of a trial Optuna already FAILed (a finished trial takes no more attributes):
+    kept on the study, where `History` finds it."""
+    with lock:  # a read-modify-write of an attr other workers write too
+        causes = dict(study.user_attrs.get(attrs.INTERRUPTED) or {})
+        causes[str(number)] = cause
+        study.set_user_attr(attrs.INTERRUPTED, causes)

@@ -1,0 +1,63 @@
+"""How trials and values read as text: one source for the prompt, the terminal, the log, the
+notebook and the report."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunepilot.memory.history import TrialRecord
+
+
+def fmt(v: Any, digits: int = 4) -> str:
+    """A value as a person reads it: floats to `digits` significant digits."""
+    return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+
+
+def format_params(values: Mapping[str, Any], names: Iterable[str] | None = None,
+                  digits: int = 4) -> str:
+    """``lr=0.003 batch_size=512 ...``, in the order of `names` (default: the mapping's)."""
+    keys = list(values) if names is None else [k for k in names if k in values]
+    return " ".join(f"{k}={fmt(values[k], digits)}" for k in keys)
+
+
+def outcome(t: TrialRecord) -> str:
+    """``-> 0.4021``, ``-> pruned after epoch 2 at 0.4500``, ``-> FAILED (oom: ...)``."""
+    if t.state == "complete" and t.value is not None:
+        return f"-> {t.value:.4f}"
+    if t.state == "pruned":
+        last = f" at {t.curve[-1]:.4f}" if t.curve else ""
+        return f"-> pruned after epoch {len(t.curve)}{last}"
+    if t.state == "fail":
+        error = t.error or {}
+        return f"-> FAILED ({error.get('kind', 'error')}: {error.get('message', '')[:120]})"
+    return f"-> {t.state}"
+
+
+def trial_line(t: TrialRecord, names: Sequence[str] | None = None) -> str:
+    """One trial in one line: number, proposer, config, outcome, curve shape."""
+    shape = curve_shape(t.curve)
+    proposer = f" [{t.proposer}]" if t.proposer else ""
+    return (f"#{t.number}{proposer} {format_params(t.params, names)} {outcome(t)}"
+            f"{f' ({shape})' if shape else ''}")
+
+
+def curve_shape(curve: Sequence[float]) -> str:
+    """'still falling at the last epoch', 'best at epoch 2 of 4, then rising', 'diverged'..."""
+    if not curve:
+        return ""
+    if any(not math.isfinite(v) for v in curve):
+        first = next(i for i, v in enumerate(curve, 1) if not math.isfinite(v))
+        return f"diverged at epoch {first}"
+    if len(curve) == 1:
+        return f"1 epoch: {curve[0]:.4f}"
+    values = " ".join(f"{v:.3f}" for v in curve[:6]) + (" ..." if len(curve) > 6 else "")
+    best = min(range(len(curve)), key=curve.__getitem__)
+    spread = max(curve) - min(curve)
+    if spread < 1e-3:
+        return f"curve {values}: flat"
+    if best == len(curve) - 1:
+        return f"curve {values}: still falling at the last epoch"
+    return f"curve {values}: best at epoch {best + 1} of {len(curve)}, then rising"
