@@ -20,14 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import optuna  # noqa: E402
-from langchain_core.language_models.fake_chat_models import FakeListChatModel  # noqa: E402
+import optuna
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-from tunepilot import Categorical, Float, SearchSpace  # noqa: E402
-from tunepilot.agent.llm_suggester import LLMSuggester  # noqa: E402
-from tunepilot.agent.samplers import optuna_sampler  # noqa: E402
-from tunepilot.agent.suggest import AgentSampler  # noqa: E402
-from tunepilot.memory import History, open_study  # noqa: E402
+from tunepilot import Categorical, Float, SearchSpace
+from tunepilot.agent.llm_suggester import LLMSuggester
+from tunepilot.agent.samplers import optuna_sampler
+from tunepilot.agent.suggest import AgentSampler
+from tunepilot.memory import History, open_study
 
 SPACE = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True),
                        batch_size=Categorical([256, 512, 1024, 2048, 4096]),
@@ -107,7 +107,8 @@ def main() -> None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             print(f"{n:>7} {len(prompt):>13,} {n_tokens:>14,} "
                   f"{1e3 * statistics.median(agent_times):>9.1f} "
-                  f"{1e3 * statistics.median(reads):>16.1f} {1e3 * statistics.median(totals):>13.1f}")
+                  f"{1e3 * statistics.median(reads):>16.1f} "
+                  f"{1e3 * statistics.median(totals):>13.1f}")
         print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, prompt, "
               "the fake model's instant answer, validation, and its two record writes; whole ask: "
               "plus Optuna creating the trial and storing each parameter. Medians of 7 trials.)")

@@ -16,8 +16,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tunepilot.trainers.base import no_report  # noqa: E402
-from tunepilot.trainers.data import synthetic  # noqa: E402
+from tunepilot.trainers.base import no_report
+from tunepilot.trainers.data import synthetic
 
 CONFIGS = [
     {"lr": 3e-3, "batch_size": 512, "dropout": 0.1},
@@ -42,7 +42,7 @@ def main() -> None:
             b = lightning_train(cfg, no_report, data=data).curve
             best["jax"].append(min(a))
             best["lightning"].append(min(b))
-            gap = [abs(x - y) for x, y in zip(a, b)]
+            gap = [abs(x - y) for x, y in zip(a, b, strict=True)]
             gaps += gap
             print(f"  seed {seed}: jax {[round(x, 4) for x in a]} lightning "
                   f"{[round(x, 4) for x in b]}")

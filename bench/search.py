@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers  # noqa: E402
+from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
 
 STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid")
 # Also accepted: hybrid:STARTUP/EVERY, a variant of the hybrid rule (the LLM proposes the first
@@ -230,7 +230,7 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     uses_llm = strategy in ("llm", "hybrid")
     suggester = None
     if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
-        from tunepilot.agent.build import agent
+        from tunepilot.agent.strategies import agent
         from tunepilot.agent.suggest import alternate
 
         startup, every = (int(n) for n in strategy.split(":")[1].split("/"))

@@ -24,6 +24,7 @@ asserted. Ratios are measured within one run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import platform
@@ -33,10 +34,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from tunepilot.trainers.base import no_report  # noqa: E402
-from tunepilot.trainers.data import synthetic  # noqa: E402
+from tunepilot.trainers.base import no_report
+from tunepilot.trainers.data import synthetic
 
 
 def main() -> None:
@@ -117,12 +118,12 @@ def main() -> None:
 
 def _mlp_params(data, emb_dim: int, hidden: tuple[int, ...]) -> int:
     widths = (data.n_fields * emb_dim + data.n_dense, *hidden, 1)
-    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+    return sum(a * b + b for a, b in itertools.pairwise(widths))
 
 
 def _mlp_forward_flops(data, emb_dim: int, hidden: tuple[int, ...]) -> int:
     widths = (data.n_fields * emb_dim + data.n_dense, *hidden, 1)
-    return sum(2 * a * b for a, b in zip(widths, widths[1:]))
+    return sum(2 * a * b for a, b in itertools.pairwise(widths))
 
 
 def matmul_peak(precision: str) -> float:
@@ -194,7 +195,7 @@ def torch_loop(data, cfg, fused: bool, sparse: bool) -> dict:
         for opt in opts:
             opt.step()
         t4 = time.perf_counter()
-        for k, v in zip(phases, (t1 - t, t2 - t1, t3 - t2, t4 - t3)):
+        for k, v in zip(phases, (t1 - t, t2 - t1, t3 - t2, t4 - t3), strict=True):
             phases[k] += v
         steps += 1
     elapsed = time.perf_counter() - start
@@ -289,7 +290,7 @@ def jax_loop(data, cfg) -> dict:
         params, opt_state = update(params, opt_state, grads)
         jax.block_until_ready(params)
         t4 = time.perf_counter()
-        for k, v in zip(phases, (t1 - t, t2 - t1, t3 - t2, t4 - t3)):
+        for k, v in zip(phases, (t1 - t, t2 - t1, t3 - t2, t4 - t3), strict=True):
             phases[k] += v / reps
 
     logits = nnx.merge(graphdef, params)(jnp.asarray(data.val.dense), jnp.asarray(data.val.cat))

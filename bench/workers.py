@@ -26,9 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import optuna  # noqa: E402
+import optuna
 
-from tunepilot import Float, SearchSpace, Tuner, trainers  # noqa: E402
+from tunepilot import Float, SearchSpace, Tuner, trainers
 
 TASKS = '''
 import time

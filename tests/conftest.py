@@ -70,7 +70,7 @@ def study_name(request: pytest.FixtureRequest) -> Iterator[str]:
     for url in SERVERS.values():
         try:
             optuna.delete_study(study_name=name, storage=url)
-        except Exception:  # not created there, or no server  # noqa: BLE001
+        except Exception:  # not created there, or no server
             pass
 
 

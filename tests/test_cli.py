@@ -57,14 +57,16 @@ def test_help_is_fast_and_imports_no_framework():
 
 def test_bad_search_space_is_refused(workdir):
     (workdir / "bad.toml").write_text('[space]\nx = { type = "float", low = 1.0, high = 0.5 }\n')
-    proc = run_tune("run", "--llm", "none", "--config", "bad.toml", "--trainer", "toy:quadratic", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--config", "bad.toml", "--trainer", "toy:quadratic",
+                    cwd=workdir)
     assert_refused(proc, "'x'", "low (1) must be below high (0.5)", "swap them")
 
 
 def test_unknown_trainer_is_refused(workdir):
     proc = run_tune("run", "--llm", "none", "--trainer", "lightnign", cwd=workdir)
     assert_refused(proc, "Unknown trainer 'lightnign'", "Did you mean 'lightning'?")
-    proc = run_tune("run", "--llm", "none", "--trainer", "toy:quadratik", "--config", "toy.toml", cwd=workdir)
+    proc = run_tune("run", "--llm", "none", "--trainer", "toy:quadratik", "--config", "toy.toml",
+                    cwd=workdir)
     assert_refused(proc, "no function 'quadratik'", "Did you mean 'quadratic'?")
 
 
@@ -106,7 +108,8 @@ def test_run_resume_show_best(workdir):
     assert "resuming: 6 trials done" in second.stdout
     assert "10 finished in study toy-quadratic (4 new)" in second.stdout
 
-    study = optuna.load_study(study_name="toy-quadratic", storage="sqlite:///" + str(workdir / "s.db"))
+    study = optuna.load_study(study_name="toy-quadratic",
+                              storage="sqlite:///" + str(workdir / "s.db"))
     assert [t.number for t in study.trials] == list(range(10))
 
     show = run_tune("show", "--storage", "sqlite:///s.db", cwd=workdir)
@@ -120,7 +123,8 @@ def test_run_resume_show_best(workdir):
 
 
 def test_show_names_the_studies_when_the_name_is_wrong(workdir):
-    run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic", "--storage",
+    run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic",
+             "--storage",
              "sqlite:///s.db", "--n-trials", "2", cwd=workdir)
     proc = run_tune("show", "--storage", "sqlite:///s.db", "--study", "toy-quadratc",
                     cwd=workdir)
@@ -130,7 +134,8 @@ def test_show_names_the_studies_when_the_name_is_wrong(workdir):
 def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
     proc = subprocess.Popen(
-        [*TUNE, "run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:sleepy", "--storage",
+        [*TUNE, "run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:sleepy",
+         "--storage",
          "sqlite:///s.db", "--n-trials", "3"],
         cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     storage = "sqlite:///" + str(workdir / "s.db")

@@ -89,7 +89,8 @@ def test_csv_and_parquet_with_categorical_columns(tmp_path):
 @pytest.mark.parametrize(("content", "expected"), [
     ("", "is empty"),
     (criteo_line(1, ["1"] * 13, ["ab"] * 25), "line 1: 39 fields, expected 40"),
-    (criteo_line(0, ["1"] * 12 + ["x7"], ["ab"] * 26), "line 1, column 14 (I13): 'x7' is not a number"),
+    (criteo_line(0, ["1"] * 12 + ["x7"], ["ab"] * 26),
+     "line 1, column 14 (I13): 'x7' is not a number"),
     (criteo_line(2, ["1"] * 13, ["ab"] * 26), "'2' is not a click label"),
     (criteo_line(0, ["1"] * 13, ["ab"] * 26) * 20, "every label is 0"),
 ])
@@ -105,7 +106,8 @@ def test_malformed_criteo_files_are_refused(tmp_path, content, expected):
 def test_malformed_tables_are_refused(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("clicked,price,site\n0,1.0,a\n1,abc,b\n")
-    with pytest.raises(ConfigError, match="no label column 'label'. Its columns are: clicked, price, site"):
+    with pytest.raises(ConfigError,
+                       match="no label column 'label'. Its columns are: clicked, price, site"):
         table(path)
     with pytest.raises(ConfigError, match=r"line 3, column 'price': 'abc' is not a number; "
                                           "declare it with --categorical"):
@@ -131,7 +133,8 @@ def test_cli_tunes_on_a_criteo_file_and_refuses_a_broken_one(tmp_path):
     from tests.conftest import run_tune
 
     make_criteo(tmp_path / "day.txt.gz", n=400, compress=True)
-    proc = run_tune("run", "--llm", "none", "--trainer", "jax", "--data", "criteo:day.txt.gz", "--n-trials", "2",
+    proc = run_tune("run", "--llm", "none", "--trainer", "jax", "--data", "criteo:day.txt.gz",
+                    "--n-trials", "2",
                     "--epochs", "1", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "data: Criteo day.txt.gz: 320 train / 80 validation rows" in proc.stdout

@@ -92,5 +92,5 @@ def test_lightning_and_jax_agree(data, jt, config):
     torch_curve = lightning_train(config, no_report, data=data).curve
     # Same model, init distributions, optimizer and data order policy; different random
     # streams. Measured gap on this data: <= 0.005 per epoch. Tolerance: 0.015.
-    for a, b in zip(jax_curve, torch_curve):
+    for a, b in zip(jax_curve, torch_curve, strict=True):
         assert abs(a - b) < 0.015, (jax_curve, torch_curve)

@@ -97,7 +97,8 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = subprocess.Popen(
-        [*TUNE, "run", "--llm", "none", "--data", "synthetic:4000", "--epochs", "500", "--storage", storage],
+        [*TUNE, "run", "--llm", "none", "--data", "synthetic:4000", "--epochs", "500", "--storage",
+         storage],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120

@@ -14,8 +14,8 @@ from langchain_openai import ChatOpenAI
 from tests.conftest import quadratic, run_tune
 from tests.llm_server import ScriptedLLMServer
 from tunepilot import Categorical, Float, SearchSpace, Tuner, load_config, trainers
-from tunepilot.agent.llm_suggester import LLMSuggester, answer_schema
 from tunepilot.agent.build import from_config
+from tunepilot.agent.llm_suggester import LLMSuggester, answer_schema
 from tunepilot.memory import History, attrs, load_study
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import ROOT, TUNE, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 from tests.test_llm import SPACE, answer, openai_model
-from tunepilot import ConfigError, Float, SearchSpace, Tuner, TuneError, trainers
+from tunepilot import ConfigError, Float, SearchSpace, TuneError, Tuner, trainers
 
 XSPACE = SearchSpace.of(x=Float(-10.0, 10.0), epochs=3)
 

@@ -33,7 +33,8 @@ def workdir(tmp_path):
 
 def start(workdir, *args):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
-    return subprocess.Popen([*TUNE, "run", "--llm", "none", "--config", "toy.toml", *args], cwd=workdir, env=env,
+    return subprocess.Popen([*TUNE, "run", "--llm", "none", "--config", "toy.toml", *args],
+                            cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -87,7 +88,8 @@ def test_kill_9_then_resume_loses_nothing_and_honours_the_budget(workdir):
     completed = {n: t.value for n, t in before.items() if t.state.name == "COMPLETE"}
 
     time.sleep(3.5)  # the heartbeat grace period (3 x 1 s) passes: the trial is stale
-    again = run_tune("run", "--llm", "none", "--config", "toy.toml", *args, cwd=workdir, timeout=120)
+    again = run_tune("run", "--llm", "none", "--config", "toy.toml", *args, cwd=workdir,
+                     timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "budget of 8 trials used" in again.stdout
     after = {t.number: t for t in trials(workdir, "toy-slowish")}

@@ -163,7 +163,8 @@ def test_cli_specs_for_user_models(user, tmp_path):
     (tmp_path / "space.toml").write_text(
         '[space]\nlr = { type = "float", low = 1e-3, high = 0.3, log = true }\n')
     for spec in ("lightning:user_models:make_module", "user_models:flax_trainer"):
-        proc = run_tune("run", "--llm", "none", "--trainer", spec, "--config", "space.toml", "--n-trials", "2",
+        proc = run_tune("run", "--llm", "none", "--trainer", spec, "--config", "space.toml",
+                        "--n-trials", "2",
                         "--epochs", "2", "--storage", "sqlite:///s.db", cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "2 finished" in proc.stdout

@@ -174,7 +174,8 @@ def _read_file(path: Path) -> dict[str, Any]:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"Cannot read config file {path}: {first}") from None
     if not isinstance(data, Mapping):
-        raise ConfigError(f"Config file {path} must hold a table of settings, found {type(data).__name__}.")
+        raise ConfigError(f"Config file {path} must hold a table of settings, found "
+                          f"{type(data).__name__}.")
     return {k.replace("-", "_"): v for k, v in data.items()}
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -24,7 +24,7 @@ from tunepilot.errors import ConfigError
 if TYPE_CHECKING:
     import optuna
 
-Scalar = Union[bool, int, float, str]
+Scalar = bool | int | float | str
 
 
 class _Param(BaseModel):
@@ -148,7 +148,9 @@ class Categorical(_Param):
         return CategoricalDistribution(self.choices)
 
     def suggest(self, trial: optuna.Trial, name: str) -> Scalar:
-        return trial.suggest_categorical(name, self.choices)
+        value = trial.suggest_categorical(name, self.choices)
+        assert value is not None  # choices are scalars (validated above)
+        return value
 
     def snap(self, value: Any) -> Scalar:
         """The matching choice; numbers match numerically ('512' or 512.0 -> 512)."""
@@ -172,7 +174,7 @@ class Categorical(_Param):
         return f"one of {list(self.choices)}"
 
 
-Param = Annotated[Union[Float, Int, Categorical], Field(discriminator="type")]
+Param = Annotated[Float | Int | Categorical, Field(discriminator="type")]
 
 
 def _in_range(value: Any, low: float, high: float) -> float:

@@ -116,11 +116,13 @@ def _openai(model: str, settings: LLMSettings) -> BaseChatModel:
             f"--llm openai:{model} needs OPENAI_API_KEY in the environment, or --llm-base-url "
             "URL of an OpenAI-compatible server (vLLM, llama.cpp, Ollama) that needs no key."
         )
-    return ChatOpenAI(
+    from pydantic import SecretStr
+
+    return ChatOpenAI(  # type: ignore[call-arg]  # max_tokens: an alias mypy does not see
         model=model,
         base_url=settings.base_url,
         # Local servers ignore the key, but the client insists on one.
-        api_key=key or "not-needed",
+        api_key=SecretStr(key or "not-needed"),
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
         timeout=settings.timeout,

@@ -132,7 +132,8 @@ class LLMSuggester:
         runnable = self._runnable(space)
 
         def on_retry(state: tenacity.RetryCallState) -> None:
-            meta["errors"].append(_describe(state.outcome.exception()))
+            meta["errors"].append(_describe(state.outcome.exception() if state.outcome
+                                            else None))
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
@@ -193,7 +194,7 @@ def answer_schema(space: SearchSpace, notes: bool = True) -> dict[str, Any]:
             kind = "number" if isinstance(p, Float) else "integer"
             properties[name] = {"type": kind, "minimum": p.low, "maximum": p.high,
                                 "description": p.describe()}
-    schema = {
+    schema: dict[str, Any] = {
         "title": "Suggestion",
         "description": "The next configuration to train, and why.",
         "type": "object",

@@ -70,6 +70,7 @@ class Loop:
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
 
+        assert tuner.trainer is not None  # run() refuses to start without one
         try:
             result = tuner.trainer(config, report)
         except optuna.TrialPruned:
@@ -136,7 +137,7 @@ class Loop:
             self.reason = None
             tuner.lock.release()
             tuner.display.waiting([t.number for t in others])
-            time.sleep(study._storage.get_heartbeat_interval() or 10)
+            time.sleep(getattr(study._storage, "get_heartbeat_interval", lambda: None)() or 10)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
@@ -179,7 +180,8 @@ class Loop:
         best = history.best_trial
         if history.stop:
             return f"stopped by another worker: {history.stop}"
-        if self.target is not None and best is not None and best.value <= self.target:
+        if self.target is not None and best and best.value is not None \
+                and best.value <= self.target:
             return f"target {self.target:g} reached by trial {best.number} ({best.value:.4g})"
         if history.budget_used() >= self.n_trials:
             return f"budget of {self.n_trials} trials used"

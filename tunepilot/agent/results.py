@@ -9,7 +9,7 @@ from typing import Any
 from tunepilot.memory import History
 
 
-class Proposal(dict):  # type: ignore[type-arg]
+class Proposal(dict[str, Any]):
     """A config from `Tuner.suggest()`: a plain dict, plus which trial it is, who proposed it
     ("llm", "optuna", "fallback", "human"...) and the LLM's reason, if it proposed it."""
 

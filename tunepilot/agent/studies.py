@@ -96,7 +96,8 @@ def run_workers(tuner: Tuner, cfg: TuneConfig, n: int) -> TuneResult:
     history = History.from_study(tuner.study)
     reason = history.last_stop or "the workers stopped"
     if ran.interrupted is not None:
-        reason = f"interrupted ({'SIGTERM' if isinstance(ran.interrupted, Terminated) else 'Ctrl-C'})"
+        how = "SIGTERM" if isinstance(ran.interrupted, Terminated) else "Ctrl-C"
+        reason = f"interrupted ({how})"
     return tuner.summary(reason, n_new=len(history.finished()) - before)
 
 

@@ -47,7 +47,7 @@ class Suggestion:
 
 
 class Suggester(Protocol):
-    def __call__(self, space: SearchSpace, history: History) -> Suggestion | None: ...
+    def __call__(self, space: SearchSpace, history: History, /) -> Suggestion | None: ...
 
 
 class SuggestionFailed(TuneError):
@@ -168,6 +168,7 @@ class AgentSampler(BaseSampler):
                                      params=suggestion.params, rationale=suggestion.rationale,
                                      notes=suggestion.notes, meta=suggestion.meta)
                     return dict(suggestion.params)
+        assert clash is not None and suggestion is not None  # the loop ends only on a clash
         reason = (f"the suggester proposed a config that trial #{clash.number} is already "
                   f"{'running' if clash.state == 'running' else 'done with'} "
                   f"{_CLASH_ATTEMPTS} times")
@@ -197,7 +198,8 @@ class AgentSampler(BaseSampler):
         are seeded afresh from then on, not only the current one."""
         self.fallback.reseed_rng()
         if self.fallback_for_trial is not None:
-            seeded, offset = self.fallback_for_trial, int(np.random.SeedSequence().entropy % 2**31)
+            seeded = self.fallback_for_trial
+            offset = int(np.random.default_rng().integers(2**31))
             self.fallback_for_trial = lambda number: seeded(number + offset)
 
 

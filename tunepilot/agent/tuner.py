@@ -92,7 +92,7 @@ class Tuner:
         self._llm_agent: Any = None  # the LLM suggester, told each run's budget and target
         self.strategy_note = ""
         if llm is not None:
-            from tunepilot.agent.build import agent
+            from tunepilot.agent.strategies import agent
 
             suggester, self._llm_agent, self.strategy_note = agent(
                 llm, strategy, task=task or "Train the user's model; lower loss is better.")
@@ -333,7 +333,7 @@ class Tuner:
         history = History.from_study(study)
         best = history.best_trial
         self.display.start(self.study_name, n_trials, history)
-        if target is not None and best is not None and best.value <= target:
+        if target is not None and best and best.value is not None and best.value <= target:
             return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
         if history.stop and not history.running():
             # A new run with a new goal starts clean (not while other workers are running).

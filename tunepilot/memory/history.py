@@ -210,7 +210,7 @@ class History(Sequence[TrialRecord]):
     def __len__(self) -> int:
         return len(self.trials)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         return self.trials[i]
 
     def __iter__(self) -> Iterator[TrialRecord]:
@@ -297,16 +297,17 @@ class History(Sequence[TrialRecord]):
         spans = sorted((t.start, t.end or now) for t in self.trials
                        if t.start is not None and t.state in ("complete", "pruned", "fail",
                                                                "running"))
-        total, cur_start, cur_end = 0.0, None, None
+        total = 0.0
+        cur: tuple[float, float] | None = None  # the union of spans so far that touch
         for s, e in spans:
-            if cur_end is None or s > cur_end:
-                if cur_end is not None:
-                    total += cur_end - cur_start
-                cur_start, cur_end = s, e
+            if cur is None or s > cur[1]:
+                if cur is not None:
+                    total += cur[1] - cur[0]
+                cur = (s, e)
             else:
-                cur_end = max(cur_end, e)
-        if cur_end is not None:
-            total += cur_end - cur_start
+                cur = (cur[0], max(cur[1], e))
+        if cur is not None:
+            total += cur[1] - cur[0]
         return total
 
 

@@ -88,6 +88,7 @@ class StudyLock:
         from sqlalchemy import text
 
         if self._conn is None:
+            assert self._engine is not None
             # Autocommit: the lock belongs to the session, not to a transaction left open.
             self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         if self._dialect == "postgresql":

@@ -94,7 +94,8 @@ def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> 
                 "the URL the search used."
             )
         storage = open_storage(storage)
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
+    names = [s.study_name
+             for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
     if name is None and len(names) == 1:
         name = names[0]
     if name not in names:

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-def callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:  # noqa: A001
+def callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:
     """Tunes any Python function ``fn(config, report) -> validation loss``.
 
     Example:
@@ -200,7 +200,8 @@ def _import_function(spec: str) -> Callable[..., Any]:
         ) from None
     fn = getattr(module, attr, None)
     if fn is None or not builtins.callable(fn):
-        names = [n for n, v in vars(module).items() if builtins.callable(v) and not n.startswith("_")]
+        names = [n for n, v in vars(module).items()
+                 if builtins.callable(v) and not n.startswith("_")]
         raise ConfigError(
             f"Trainer {spec!r}: module {module_name!r} has no function {attr!r}."
             f"{did_you_mean(attr, names)} It defines: {', '.join(sorted(names)) or 'none'}."

@@ -22,7 +22,7 @@ class Report(Protocol):
     NaN or infinite. Epochs count from 1.
     """
 
-    def __call__(self, epoch: int, val_loss: float) -> None: ...
+    def __call__(self, epoch: int, val_loss: float, /) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class TrainResult:
 
 
 class Trainer(Protocol):
-    def __call__(self, config: Mapping[str, Any], report: Report) -> TrainResult: ...
+    def __call__(self, config: Mapping[str, Any], report: Report, /) -> TrainResult: ...
 
 
 def no_report(epoch: int, val_loss: float) -> None:

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tunepilot.errors import ConfigError
 
-
 # A validation loss this many times the base rate's means the weights blew up (lr = 10 gives
 # ~10,000x) even while the loss is still a finite number.
 EXPLODED = 10

@@ -14,6 +14,7 @@ Speed choices (measured in bench/trainers.py):
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import resource
 import time
@@ -52,7 +53,8 @@ if jax.config.jax_compilation_cache_dir is None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def _torch_like_kernel(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+def _torch_like_kernel(key: jax.Array, shape: tuple[int, ...],
+                       dtype: Any = jnp.float32) -> jax.Array:
     # torch.nn.Linear's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)); same start as Lightning.
     bound = 1.0 / math.sqrt(shape[0])
     return jax.random.uniform(key, shape, dtype, -bound, bound)
@@ -78,7 +80,7 @@ class CTRFlax(nnx.Module):
         self.layers = nnx.List([
             nnx.Linear(a, b, dtype=dtype, kernel_init=_torch_like_kernel,
                        bias_init=_torch_like_bias(a), rngs=rngs)
-            for a, b in zip(widths, widths[1:])
+            for a, b in itertools.pairwise(widths)
         ])
         self.head = nnx.Linear(widths[-1], 1, dtype=dtype, kernel_init=_torch_like_kernel,
                                bias_init=_torch_like_bias(widths[-1]), rngs=rngs)

@@ -26,7 +26,6 @@ from tunepilot.trainers.base import Report, TrainResult
 from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
 
-
 ValLoss = Callable[[pl.Trainer, pl.LightningModule], float]
 
 
@@ -294,7 +293,8 @@ def _ctrl_c_raises(trainer: pl.Trainer) -> Iterator[None]:
         if in_main and previous is not None:
             signal.signal(signal.SIGINT, previous)
         original = e.__context__  # what Lightning caught: KeyboardInterrupt, or our Terminated
-        raise (original if isinstance(original, KeyboardInterrupt) else KeyboardInterrupt()) from None
+        raise (original if isinstance(original, KeyboardInterrupt)
+               else KeyboardInterrupt()) from None
 
 
 def _peak_memory_mb() -> float:

@@ -99,7 +99,8 @@ def run(
     llm_token_budget: Annotated[int | None, typer.Option(
         help="Stop when the study's LLM tokens (in + out) reach this many")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed of sampler and training [default: 0]")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of sampler and training [default: 0]")] = None,
     n_workers: Annotated[int, typer.Option(
         help="Worker processes on this machine, sharing the study (needs a PostgreSQL, MySQL "
         "or journal: storage)", min=1)] = 1,
@@ -185,10 +186,9 @@ def _display(cfg: Any, console: Any, prefix: str = "") -> tuple[Any, Path]:
 
 
 def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
-    from tunepilot.ui.report import write_report
-
     from tunepilot.agent.studies import resume_command
     from tunepilot.ui.display import summary_lines
+    from tunepilot.ui.report import write_report
 
     report = write_report(tuner.study, Path(RUNS_DIR) / f"{cfg.study_name()}.html")
     for line in summary_lines(result):

@@ -66,7 +66,7 @@ def history_figure(history: History) -> Figure:
                    color=COLORS.get(proposer, "#7f7f7f"), label=proposer)
     best, xs, ys = float("inf"), [], []
     for t in sorted(done, key=lambda t: t.number):
-        best = min(best, t.value)
+        best = min(best, t.value if t.value is not None else best)
         xs.append(t.number)
         ys.append(best)
     ax.step(xs, ys, where="post", color="black", linewidth=1.2, label="best so far")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
 CRITEO_CAT = [f"C{i}" for i in range(1, 27)]
 CRITEO_COLUMNS = ["label", *CRITEO_DENSE, *CRITEO_CAT]
-_CRITEO_SHAPE = "label<TAB>13 integer features<TAB>26 categorical features (40 fields, empty = missing)"
+_CRITEO_SHAPE = ("label<TAB>13 integer features<TAB>26 categorical features (40 fields, "
+                 "empty = missing)")
 
 
 def criteo(path: str | Path, *, rows: int | None = None, buckets: int = 2**16,
@@ -65,7 +66,8 @@ def table(path: str | Path, *, label: str = "label", categorical: list[str] | tu
     """Reads CSV or Parquet: `label` (0/1), `categorical` columns hashed, all others dense numbers.
 
     Example:
-        >>> data = table("clicks.parquet", label="clicked", categorical=["site", "device"])  # doctest: +SKIP
+        >>> data = table("clicks.parquet", label="clicked",
+        ...              categorical=["site", "device"])  # doctest: +SKIP
     """
     import pandas as pd
 
@@ -148,7 +150,8 @@ def _check_field_counts(path: Path, n_lines: int, expected: int) -> None:
     import gzip
     import lzma
 
-    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(path.suffix.lower(), open)
+    openers: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+    opener = openers.get(path.suffix.lower(), open)
     with opener(path, "rt", encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(itertools.islice(f, n_lines), start=1):
             fields = line.count("\t") + 1
