@@ -123,7 +123,7 @@ TRAINERS = {
                 {"lr": 50.0, "batch_size": 256, "epochs": 2}),
     "lightning-user": (_user_lightning, {"lr": 0.05, "epochs": 2}, {"lr": 1e6, "epochs": 3}),
     "flax-user": (_user_flax, {"lr": 0.01, "epochs": 2, "batch_size": 50},
-                  {"lr": 1e6, "epochs": 3, "batch_size": 50}),
+                  {"lr": 1e25, "epochs": 3, "batch_size": 50}),
 }
 
 

@@ -213,3 +213,29 @@ def test_the_llm_sees_configs_running_on_other_workers(study_name):
     assert "Running now on other workers" in prompts[1] and "#0 x=1" in prompts[1]
     assert "is running now" in prompts[2]  # the refusal went back to the model
     assert b_result["result"].stop_reason == "budget of 2 trials used"
+
+
+def test_the_python_api_does_what_tune_does(workdir, study_name, monkeypatch):
+    """The README's notebook cell: create, run_workers, join + run, best, rerun, on the real
+    PostgreSQL (the same sequence of calls, with this machine's server as `url`)."""
+    import tunepilot as tp
+
+    url = server_url("postgresql")
+    monkeypatch.chdir(workdir)
+    monkeypatch.syspath_prepend(str(workdir))
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}{os.pathsep}{workdir}")  # for the worker processes
+    cfg = tp.load_config("toy.toml", storage=url, study=study_name, trainer="toy:slowish",
+                         llm="none", pruner="none", n_trials=4)
+    tuner, notes = tp.create(cfg)
+    assert any(n.startswith("strategy: optuna") for n in notes)
+    result = tp.run_workers(tuner, cfg, 2)
+    assert (result.n_finished, result.stop_reason) == (4, "budget of 4 trials used")
+    tuner, joined, _ = tp.join(url, study_name)
+    assert joined.n_trials == 4 and joined.trainer == "toy:slowish"
+    more = tp.run(tuner, joined.model_copy(update={"n_trials": 5}))
+    assert (more.n_finished, more.n_new) == (5, 1)
+    trial, config = tp.best(url, study_name)
+    assert config == {"epochs": 3, "seed": 0, "x": trial.params["x"]}
+    again = tp.rerun(url, study_name, trial.number)
+    assert again.result.best_val_loss == pytest.approx(trial.value)
+    assert again.difference == pytest.approx(0.0)

@@ -181,7 +181,7 @@ class AgentSampler(BaseSampler):
             self.on_created(trial)
         if self.fallback_for_trial is not None:
             self.fallback = self.fallback_for_trial(trial.number)
-        if attrs.PROPOSER not in trial.user_attrs:
+        if History.proposer_of_frozen(trial) is None:
             if _is_enqueued(trial):
                 records.proposal(study._storage, trial._trial_id, "enqueued")
             elif self.suggester is None:

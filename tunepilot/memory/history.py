@@ -199,6 +199,10 @@ class History(Sequence[TrialRecord]):
         return storage.get_trial_user_attrs(trial_id).get(attrs.PROPOSER)
 
     @staticmethod
+    def proposer_of_frozen(trial: FrozenTrial) -> str | None:
+        return trial.user_attrs.get(attrs.PROPOSER)
+
+    @staticmethod
     def rationale_of(storage: Any, trial_id: int) -> str | None:
         return (storage.get_trial_user_attrs(trial_id).get(attrs.LLM) or {}).get(attrs.RATIONALE)
 

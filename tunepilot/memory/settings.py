@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tunepilot.errors import ConfigError
 from tunepilot.memory.redact import redact
 
 # Release 0.1 stored settings without a version: that shape is version 1.
@@ -39,15 +40,15 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v
 def migrate(stored: Mapping[str, Any] | None) -> dict[str, Any]:
     """The current shape of settings stored by any release ({} when there are none).
 
-    Raises ValueError for settings written by a newer tunepilot than this one.
+    Raises `ConfigError` for settings written by a newer tunepilot than this one.
     """
     if not stored:
         return {}
     settings = dict(stored)
     version = int(settings.pop("version", 1))
     if version > VERSION:
-        raise ValueError(f"this study's settings were written by a newer tunepilot (settings "
-                         f"version {version}; this one reads up to {VERSION}): upgrade tunepilot")
+        raise ConfigError(f"This study's settings were written by a newer tunepilot (settings "
+                         f"version {version}; this one reads up to {VERSION}). Upgrade tunepilot: pip install -U tunepilot.")
     while version < VERSION:
         settings = MIGRATIONS[version](settings)
         version += 1
