@@ -27,7 +27,7 @@ def storage(tmp_path: Path) -> str:
 
 
 SERVERS = {
-    "postgresql": "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
+    "postgresql": "postgresql://postgres@127.0.0.1:5432/test",  # as the README spells it
     "mysql": "mysql+pymysql://root@127.0.0.1:3306/test",
 }
 

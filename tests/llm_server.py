@@ -42,6 +42,7 @@ class ScriptedLLMServer:
         self.refuse_json_schema = refuse_json_schema
         self.script: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # each request's HTTP headers (Authorization...)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -79,10 +80,15 @@ class ScriptedLLMServer:
                 length = int(self.headers.get("Content-Length", 0))
                 request = json.loads(self.rfile.read(length) or b"{}")
                 server.requests.append(request)
+                server.headers.append(dict(self.headers.items()))
                 reply = server.script.popleft() if server.script else Reply()
                 if (server.refuse_json_schema
                         and (request.get("response_format") or {}).get("type") == "json_schema"):
-                    reply = Reply(status=500)
+                    # Its words: the request model refuses the type, the handler answers 500.
+                    reply = Reply(status=500, body=json.dumps({"error": {
+                        "message": "1 validation error for CreateChatCompletionRequest\n"
+                                   "response_format.type\n  Input should be 'text' or "
+                                   "'json_object'", "type": "internal_server_error"}}))
                 if reply.delay:
                     time.sleep(reply.delay)
                 if reply.body is not None or reply.status != 200:

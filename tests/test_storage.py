@@ -39,3 +39,19 @@ def test_failures_are_recorded_with_their_cause(any_storage, study_name):
     assert trial.state == "fail"
     assert trial.error["kind"] == "oom"
     assert "out of memory in layer 3" in trial.error["message"]
+
+
+def test_the_documented_urls_open_and_a_missing_driver_says_so():
+    """postgresql:// (psycopg 3) and mysql+pymysql:// come with tunepilot; a driver that is not
+    installed is named as such, not blamed on the server."""
+    import pytest
+
+    from tests.conftest import server_url
+    from tunepilot import ConfigError
+    from tunepilot.memory import open_storage
+
+    assert server_url("postgresql").startswith("postgresql://")
+    open_storage(server_url("postgresql"))
+    open_storage(server_url("mysql"))
+    with pytest.raises(ConfigError, match="database driver is not installed"):
+        open_storage("postgresql+pg8000://postgres@127.0.0.1:5432/test")

@@ -76,7 +76,9 @@ def test_the_same_error_again_and_again_stops_the_search(storage):
 
     result = make_tuner(storage, fn=broken).run(n_trials=50)
     assert result.n_finished == 3
-    assert "failed with the same error" in result.stop_reason
+    assert result.stop_reason.startswith("repeated failure: the last 3 trials failed with the "
+                                         "same error")
+    assert result.failed_alike
     assert "KeyError" in result.stop_reason
 
 

@@ -18,6 +18,7 @@ Example ``tune.toml``::
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -104,6 +105,9 @@ class TuneConfig(BaseModel):
     llm_token_budget: int | None = Field(None, ge=1)  # ... or its LLM tokens (in + out) do
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     seed: int = 0
+    # A study is one experiment: opening it with another trainer, data, space or fixed setting
+    # is refused unless this says the change is deliberate (it is recorded in the study).
+    accept_changes: bool = False
 
     @field_validator("strategy", "sampler", "pruner")
     @classmethod
@@ -111,6 +115,22 @@ class TuneConfig(BaseModel):
         options = {"strategy": STRATEGIES, "sampler": SAMPLERS, "pruner": PRUNERS}[info.field_name]
         if v not in options:
             raise ValueError(f"expected {one_of(options)}.{did_you_mean(v, options)}")
+        return v
+
+    @field_validator("target")
+    @classmethod
+    def _finite_target(cls, v: float | None) -> float | None:
+        if v is not None and not math.isfinite(v):
+            raise ValueError("the target must be a finite loss, e.g. 0.40 (no loss is ever <= "
+                             "nan, so the search would never stop on it)")
+        return v
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"https?://[^/\s]+", v):
+            raise ValueError("the LLM server's URL must start with http:// or https://, e.g. "
+                             "http://127.0.0.1:8080/v1")
         return v
 
     @field_validator("categorical", mode="before")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 # The kinds of a failed trial, as recorded and shown. Config-dependent kinds say something about
 # the config (the agent should steer away); the others may be a bug.
 ERROR_KINDS = ("exception", "diverged", "oom", "timeout", "crashed", "interrupted", "config")
-CONFIG_DEPENDENT = ("diverged", "timeout", "oom")
+CONFIG_DEPENDENT = ("diverged", "timeout", "oom", "crashed")
 
 
 class TuneError(Exception):

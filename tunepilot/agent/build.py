@@ -51,16 +51,20 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
     if cfg.trainer in trainers.BUILTIN:
         check_ctr_keys(set(space.params) | set(space.fixed))
-    suggester, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg, notes))
+    suggester, llm_agent, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg,
+                                                                                         notes))
     notes.append(strategy_note)
     notes.append("search space:\n" + space.describe())
     settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
-    settings["config"]["storage"] = redact(cfg.storage)
+    for key in ("storage", "llm_base_url"):  # no secret in the study
+        if settings["config"].get(key):
+            settings["config"][key] = redact(settings["config"][key])
     storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
                            retry_stale=cfg.retry_interrupted)
     tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(), suggester=suggester,
                   sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
-                  display=display, warm_start=not worker)
+                  display=display, warm_start=not worker, accept_changes=cfg.accept_changes)
+    tuner.llm_agent = llm_agent
     return tuner, notes
 
 
@@ -80,19 +84,18 @@ def _child_trainer(cfg_json: str) -> Trainer:
     return build_trainer(TuneConfig.model_validate_json(cfg_json))[0]
 
 
-def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, str]:
-    """The suggester for `cfg.strategy`, and a line saying what was chosen and why."""
+def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, Any, str]:
+    """The suggester for `cfg.strategy`, the LLM suggester in it (None without one), and a line
+    saying what was chosen and why."""
     from tunepilot.agent.llm import LLMSettings
 
     optuna_line = f"{cfg.sampler} sampler, seed {cfg.seed}"
     if cfg.strategy == "optuna":
-        return None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
+        return None, None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
     settings = LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature, cfg.llm_max_tokens,
                            cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path)
-    suggester, _, note = strategy_agent(settings, cfg.strategy, task=task, n_trials=cfg.n_trials,
-                               target=cfg.target, attempts=cfg.llm_attempts,
-                               optuna_line=optuna_line)
-    return suggester, note
+    return strategy_agent(settings, cfg.strategy, task=task, n_trials=cfg.n_trials,
+                          target=cfg.target, attempts=cfg.llm_attempts, optuna_line=optuna_line)
 
 
 def _task_description(cfg: TuneConfig, notes: list[str]) -> str:

@@ -17,15 +17,17 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import tenacity
 
+from tunepilot.agent.health import Health
 from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Suggestion, SuggestionFailed
 from tunepilot.memory import History
 from tunepilot.memory.compact import compact
+from tunepilot.memory.history import REPEAT_TOLERANCE
 from tunepilot.memory.text import trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
@@ -33,6 +35,10 @@ from tunepilot.space import Categorical, Float, SearchSpace
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
     from langchain_core.messages import BaseMessage
+
+
+_UNSUPPORTED = re.compile(r"response_format|json_schema|tool|function|not supported|unsupported",
+                          re.IGNORECASE)
 
 
 class TransportError(Exception):
@@ -71,6 +77,8 @@ class LLMSuggester:
                                            if structured else []) + [None]
         self._method_worked = False
         self._runnables: dict[tuple[str, str | None], Any] = {}
+        self.health = Health()
+        self.notice: Callable[[str], None] | None = None  # says an outage once, as it starts
 
     def __call__(self, space: SearchSpace, history: History) -> Suggestion:
         from langchain_core.messages import HumanMessage, SystemMessage
@@ -78,7 +86,10 @@ class LLMSuggester:
         start = time.perf_counter()
         meta: dict[str, Any] = {"model": self.model_name, "tokens_in": 0, "tokens_out": 0,
                                 "attempts": 0, "errors": []}
-        feedback = None
+        sitting_out = self.health.turn()
+        if sitting_out is not None:  # no request at all: costs nothing
+            raise SuggestionFailed(sitting_out, self._close(meta, start))
+        feedback, last = None, None
         system = render("system.j2", metric=self.metric)
         for _ in range(self.attempts):
             meta["attempts"] += 1
@@ -89,20 +100,26 @@ class LLMSuggester:
                 meta["errors"].append(str(e))
                 if self._next_method(e):
                     continue
-                raise SuggestionFailed(f"LLM unreachable: {e}", self._close(meta, start)) from None
+                reason = self.health.failed(e)
+                if reason.notice and self.notice is not None:
+                    self.notice(reason.notice)
+                raise SuggestionFailed(reason.cause, self._close(meta, start)) from None
             self._method_worked = True
+            if (back := self.health.answered()) and self.notice is not None:
+                self.notice(back)
             try:
                 answer = parse_answer(message)
                 config = space.snap(answer["config"])
                 _check_new(config, space, history)
-            except ValueError as e:
-                feedback = str(e)
+            except Exception as e:  # whatever the answer broke: an invalid one
+                feedback = last = str(e) or type(e).__name__
                 meta["errors"].append(f"invalid answer: {feedback}"[:300])
                 continue
             return Suggestion(config, "llm", rationale=_one_line(answer.get("rationale")),
                               notes=_notes(answer.get("notes")), meta=self._close(meta, start))
-        raise SuggestionFailed(f"no valid answer in {self.attempts} attempts; last: "
-                               f"{feedback}"[:500], self._close(meta, start))
+        last = last or (meta["errors"][-1] if meta["errors"] else "no answer")
+        raise SuggestionFailed(f"no valid answer in {self.attempts} attempts; last: {last}"[:500],
+                               self._close(meta, start))
 
     def prompt(self, space: SearchSpace, history: History, feedback: str | None = None) -> str:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
@@ -137,7 +154,8 @@ class LLMSuggester:
 
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_transient),
-            stop=tenacity.stop_after_attempt(self.transport_attempts),
+            # A probe of a model that was failing asks once: an outage costs seconds a turn.
+            stop=tenacity.stop_after_attempt(1 if self.health.probing else self.transport_attempts),
             wait=_wait(self.max_wait_s),
             before_sleep=on_retry,
             reraise=True,
@@ -169,10 +187,14 @@ class LLMSuggester:
         return self._runnables[key]
 
     def _next_method(self, error: TransportError) -> bool:
-        """After a refusal that may be of the request's form (400, 422, 500, 501), not of the
-        server's health, try the next structured-output method; True if there is one."""
+        """After a refusal of the request's form (400, 422, 501, or a server error that names
+        the structured-output feature, as llama.cpp's 500 does), never of the server's health
+        (other 5xx, time-outs), try the next structured-output method; True if there is one."""
         status = getattr(error.__cause__, "status_code", None)
-        if self._method_worked or status not in (400, 422, 500, 501) or len(self._methods) < 2:
+        names_feature = status == 500 and _UNSUPPORTED.search(str(error.__cause__ or error)) \
+            is not None
+        if (self._method_worked or len(self._methods) < 2
+                or not (status in (400, 422, 501) or names_feature)):
             return False
         self._methods.pop(0)
         return True
@@ -252,11 +274,14 @@ def _first_json_object(text: str) -> Any:
 
 
 def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) -> None:
-    t = history.with_config(config)
+    t = history.with_config(config, space)
     if t is not None:
-        state = "is running now" if t.state == "running" else f"was tried as trial #{t.number}"
-        raise ValueError(f"this configuration {state} ({trial_line(t, list(space.params))}); "
-                         "propose a different one")
+        state = (f"repeats trial #{t.number}, running now" if t.state == "running"
+                 else f"repeats trial #{t.number}")
+        shown = trial_line(t, list(space.params))
+        raise ValueError(f"this configuration {state} (every value equal, or within "
+                         f"{REPEAT_TOLERANCE:.0%} of its range: {shown}); propose one that "
+                         "differs more")
 
 
 

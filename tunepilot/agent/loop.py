@@ -12,7 +12,7 @@ import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from tunepilot.errors import CONFIG_DEPENDENT, ConfigError, Terminated, describe
+from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.runtime import interrupts
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tunepilot.memory.lock import StudyLock
 
 REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
+REPEATED_FAILURE = "repeated failure"  # the rule's name, first in its stop reason
 
 
 class Loop:
@@ -59,6 +60,7 @@ class Loop:
             trial.study.stop()
             records.error(storage, trial._trial_id, describe(e))
             raise
+        records.fixed(storage, trial._trial_id, tuner.space.fixed)
         tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
                                   History.proposer_of(storage, trial._trial_id))
 
@@ -171,8 +173,9 @@ class Loop:
                 >= self.llm_token_budget:
             return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
         if (message := failing_alike(history)) is not None:
-            return (f"the last {REPEATED_FAILURES} trials failed with the same error "
-                    f"({message}); this looks like a bug in the trainer")
+            return (f"{REPEATED_FAILURE}: the last {REPEATED_FAILURES} trials failed with the "
+                    f"same error ({message}); this looks like a bug in the trainer. Fix it, "
+                    "then run the same command to resume")
         return None
 
     def _gate_reason(self, history: History) -> str | None:
@@ -234,9 +237,11 @@ def failing_alike(history: History) -> str | None:
     with it (read from the history: a resume or another worker sees the same). Divergence,
     time-outs and OOM depend on the config, so they never count."""
     last = history.last_finished(REPEATED_FAILURES)
+    # Only exceptions of the trainer's own code: a crash, an OOM, a time-out or a divergence
+    # says something about its config, and an interrupt nothing.
     if len(last) < REPEATED_FAILURES or any(
-            t.state != "fail" or not t.error or t.error.get("kind") in CONFIG_DEPENDENT
-            or t.error.get("kind") == "interrupted" for t in last):
+            t.state != "fail" or not t.error or t.error.get("kind") != "exception"
+            for t in last):
         return None
     messages = {t.error.get("message", "") for t in last if t.error}
     return messages.pop() if len(messages) == 1 else None

@@ -30,6 +30,10 @@ class Observer:
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None: ...
 
+    def notice(self, text: str) -> None:
+        """Something a person should hear once, as it happens (the LLM became unreachable,
+        was switched off, answers again); the search goes on."""
+
     def waiting(self, running: list[int]) -> None:
         """The trial budget is taken; this worker waits for `running` (other workers' trials),
         in case one of them dies and its trial is queued again."""
@@ -58,6 +62,10 @@ class Tee(Observer):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         for o in self.observers:
             o.trial_end(record, history)
+
+    def notice(self, text: str) -> None:
+        for o in self.observers:
+            o.notice(text)
 
     def waiting(self, running: list[int]) -> None:
         for o in self.observers:

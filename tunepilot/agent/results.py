@@ -43,6 +43,11 @@ class TuneResult:
     history: History
 
     @property
+    def failed_alike(self) -> bool:
+        """Stopped by the repeated-failure rule: the trainer looks broken."""
+        return self.stop_reason.startswith("repeated failure")
+
+    @property
     def best_config(self) -> Mapping[str, Any] | None:
         """The best trial's config, fixed settings included."""
         return self.best_params

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,14 @@ EXIT_BAD_INPUT = 2  # a worker's exit code for bad input (the CLI's too)
 
 def check_shared(url: str, what: str) -> None:
     """SQLite allows one writing process; several workers need a shared storage."""
+    if url.startswith("journal:") or url.endswith(".log"):
+        raise ConfigError(
+            f"{what} shares the study with other processes, and Optuna's journal file storage "
+            f"({redact(url)}) has no heartbeat: a killed worker's trial would stay RUNNING, "
+            "counted against the budget, and never be retried. Use a database server, which "
+            "recovers it: --storage postgresql://USER@HOST:5432/DB or "
+            "mysql+pymysql://USER@HOST:3306/DB (a PostgreSQL on this machine will do)."
+        )
     if url.startswith("sqlite"):
         raise ConfigError(
             f"{what} shares the study with other processes, and SQLite ({redact(url)}) allows "
@@ -77,10 +86,23 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
                           "create`, so its trainer and space are unknown; create it with "
                           "`tune create --storage URL ...` first.")
+    _check_llm_endpoint(loaded.study_name, settings.get("llm_base_url"),
+                        overrides.get("llm_base_url"))
     cfg = TuneConfig.model_validate({**settings, "storage": storage, "study": loaded.study_name,
                                      **{k: v for k, v in overrides.items() if v is not None}})
     tuner, notes = from_config(cfg, display=display, worker=True)
     return tuner, cfg, notes
+
+
+def _check_llm_endpoint(study: str, stored: str | None, given: str | None) -> None:
+    """An API key goes only to a server this process was told about: whoever can write the
+    study's database must not be able to collect every worker's key with a URL of theirs."""
+    if stored and given is None and os.environ.get("OPENAI_API_KEY"):
+        raise ConfigError(
+            f"Study {study} names the LLM server {stored}, and this worker has OPENAI_API_KEY "
+            "set, which it would send there. Pass --llm-base-url with that server's URL to "
+            "confirm it, or --llm none (Optuna alone), or unset OPENAI_API_KEY (a server that "
+            "needs no key).")
 
 
 def run_workers(tuner: Tuner, cfg: TuneConfig, n: int) -> TuneResult:
@@ -89,7 +111,10 @@ def run_workers(tuner: Tuner, cfg: TuneConfig, n: int) -> TuneResult:
     which fails its running trial cleanly; the result then says it was interrupted."""
     check_shared(cfg.storage, "--n-workers")
     before = len(History.from_study(tuner.study).finished())
-    ran = pool.run_workers(cfg.storage, cfg.study_name(), n)
+    # The LLM server this process was told about, told to its workers (in the environment:
+    # argv shows in ps), so they may send it their key.
+    env = {"TUNEPILOT_LLM_BASE_URL": cfg.llm_base_url} if cfg.llm_base_url else {}
+    ran = pool.run_workers(cfg.storage, cfg.study_name(), n, env=env)
     if EXIT_BAD_INPUT in ran.exit_codes and ran.interrupted is None:
         raise ConfigError(f"a worker stopped on bad input (exit codes {list(ran.exit_codes)}); "
                           "see its error above.")
@@ -158,12 +183,19 @@ def rerun(storage: str, study: str | None, number: int, *,
 def resume_command(argv: list[str], result: TuneResult, n_trials: int) -> str:
     """The `tune` command that continues this study (with a bigger budget if it was used up),
     from the arguments of the one that ran it."""
-    args = list(argv)
+    args = [_redact_arg(a) for a in argv]  # never print a password back
     if result.stop_reason.startswith("budget") or result.target_reached:
         args = _drop_option(args, "--n-trials") + ["--n-trials", str(max(n_trials, 1) * 2)]
     if "--study" not in " ".join(args):
         args += ["--study", result.study_name]
     return shlex.join(["tune", *args])
+
+
+def _redact_arg(arg: str) -> str:
+    if "://" not in arg:
+        return arg
+    name, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    return f"{name}={redact(value)}" if eq else redact(arg)
 
 
 def _drop_option(args: list[str], name: str) -> list[str]:

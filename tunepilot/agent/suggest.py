@@ -160,7 +160,7 @@ class AgentSampler(BaseSampler):
             # check and record as one step, so the check holds for everyone.
             with self.lock or contextlib.nullcontext():
                 history = History.from_study(study, exclude=trial.number)
-                clash = history.with_config(suggestion.params)
+                clash = history.with_config(suggestion.params, self.space)
                 if clash is None:
                     if suggestion.notes:
                         records.notes(study, suggestion.notes, trial.number)

@@ -7,18 +7,17 @@ study's storage. The storage is the only state: a new `Tuner` on the same study 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from tunepilot.agent import observer
+from tunepilot.agent import observer, opening
 from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
@@ -26,8 +25,7 @@ from tunepilot.agent.samplers import make_pruner, optuna_sampler
 from tunepilot.agent.suggest import AgentSampler, Suggester
 from tunepilot.errors import ConfigError, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
-from tunepilot.memory.lock import StudyLock
-from tunepilot.memory.lookup import warm_start
+from tunepilot.memory.lock import SQLiteRun, StudyLock
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
@@ -63,6 +61,7 @@ class Tuner:
         settings: Mapping[str, Any] | None = None,
         display: Observer | str | None = "auto",
         warm_start: bool = True,
+        accept_changes: bool = False,
     ):
         """
         Args:
@@ -89,12 +88,12 @@ class Tuner:
         self.space = space
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.study_name = study
-        self._llm_agent: Any = None  # the LLM suggester, told each run's budget and target
+        self.llm_agent: Any = None  # the LLM suggester, told each run's budget and target
         self.strategy_note = ""
         if llm is not None:
             from tunepilot.agent.strategies import agent
 
-            suggester, self._llm_agent, self.strategy_note = agent(
+            suggester, self.llm_agent, self.strategy_note = agent(
                 llm, strategy, task=task or "Train the user's model; lower loss is better.")
         self.suggester = suggester
         self.sampler = sampler
@@ -105,6 +104,7 @@ class Tuner:
             display = observer.auto_display()
         self.display = display if isinstance(display, Observer) else Observer()
         self.warm_start = warm_start
+        self.accept_changes = accept_changes
         self.read_only = False
         self._study: optuna.Study | None = None
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
@@ -159,7 +159,7 @@ class Tuner:
     def study(self) -> optuna.Study:
         """The Optuna study, created on first use or resumed if it exists."""
         if self._study is None:
-            with _quiet_optuna():
+            with opening.quiet_optuna():
                 study = open_study(self.storage, self.study_name, pruner=self.pruner)
             done = len(study.get_trials(deepcopy=False))
             fallback, per_trial = None, None
@@ -179,7 +179,9 @@ class Tuner:
                                          on_created=self._created)
             if self.settings:
                 if done == 0 and self.warm_start:
-                    self._warm_start(study)
+                    opening.warm_start(study, self.storage, self.settings, self.space)
+                if done:
+                    opening.check_identity(study, self.settings, self.accept_changes)
                 records.settings(study, self.settings)
             self._study = study
         return self._study
@@ -296,20 +298,6 @@ class Tuner:
         self._writable("hint")
         records.hint(self.study, text)
 
-    def _warm_start(self, study: optuna.Study) -> None:
-        """A new study starts from the best configs and notes of a finished one like it."""
-        found = warm_start(self.storage, self.study_name, self.settings)
-        if found is None:
-            return
-        records.warm_start(study, {k: v for k, v in found.items() if k != "best_params"})
-        config = {k: v for k, v in found["best_params"].items() if k in self.space.params}
-        if set(config) == set(self.space.params):
-            try:
-                records.enqueue(study, self.space.snap(config), "enqueued",
-                                warm_start_from=found["study"])
-            except ValueError:
-                pass  # the old best lies outside the new bounds: the prompt still shows it
-
     def run(self, n_trials: int = 20, *, target: float | None = None,
             timeout: float | None = None, patience: int | None = None, min_delta: float = 0.0,
             llm_budget_usd: float | None = None,
@@ -323,8 +311,20 @@ class Tuner:
         if self.trainer is None:
             raise ConfigError("run() needs a trainer: Tuner(trainer, space, ...). Without one, "
                               "train yourself with suggest() and report().")
-        if self._llm_agent is not None:  # the prompt states the run's budget and goal
-            self._llm_agent.n_trials, self._llm_agent.target = n_trials, target
+        one_process = SQLiteRun(self.storage, self.study_name)
+        one_process.acquire()
+        try:
+            return self._run(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
+                             llm_token_budget)
+        finally:
+            one_process.release()
+
+    def _run(self, n_trials: int, target: float | None, timeout: float | None,
+             patience: int | None, min_delta: float, llm_budget_usd: float | None,
+             llm_token_budget: int | None) -> TuneResult:
+        if self.llm_agent is not None:  # the prompt states the run's budget and goal
+            self.llm_agent.n_trials, self.llm_agent.target = n_trials, target
+            self.llm_agent.notice = self.display.notice
         study = self.study
         if is_heartbeat_enabled(study._storage):
             with warnings.catch_warnings():
@@ -353,7 +353,7 @@ class Tuner:
         try:
             if loop.admit(study, in_optimize=False):
                 # No n_trials here: the gate counts the trials of every worker.
-                with _quiet_optuna(type(self.display) is not Observer):
+                with opening.quiet_optuna(type(self.display) is not Observer):
                     study.optimize(loop.objective, timeout=time_left,
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
@@ -383,16 +383,3 @@ class Tuner:
         """The study as it stands, as a `TuneResult` that says it stopped for `reason`."""
         return TuneResult.of(self.study_name, History.from_study(self.study), self.space.fixed,
                              reason, n_new)
-
-
-@contextlib.contextmanager
-def _quiet_optuna(quiet: bool = True) -> Iterator[None]:
-    """Optuna's INFO lines ("Trial 3 finished with value...") while our display shows the same
-    trials: keep its warnings and errors only."""
-    before = optuna.logging.get_verbosity()
-    if quiet and before < optuna.logging.WARNING:
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(before)

@@ -18,6 +18,7 @@ TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finis
 # params, so other workers see it as running from that instant.
 PROPOSED = "proposed"
 WARM_START_FROM = "warm_start_from"  # on an enqueued trial: the study whose best config it is
+FIXED = "fixed"  # the fixed settings (epochs, seed...) the trial ran with
 ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.suggest / report)
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
@@ -35,4 +36,5 @@ LAST_STOP = "tunepilot:last_stop"  # why the last run ended, for the report
 INTERRUPTED = "tunepilot:interrupted"  # {trial number: "Ctrl-C" | "SIGTERM"} for FAILed trials
 NOTES = "tunepilot:notes"  # {"text", "trial"}: the agent's current notes
 HINTS = "tunepilot:hints"  # [{"text", "after_trial"}]: what the person told the agent
+CHANGES = "tunepilot:changes"  # [{"after_trial", "changes": [...]}]: accepted identity changes
 WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

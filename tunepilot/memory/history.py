@@ -16,10 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
 from tunepilot.memory.settings import migrate
+from tunepilot.space import Float
+
+# Two proposals whose floats lie within this share of their range (of the log range for log
+# parameters) are one config: training both would spend a trial to learn nothing. 1% of lr's
+# log range 1e-5..1e-1 is a factor 1.1.
+REPEAT_TOLERANCE = 0.01
 
 if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
+
+    from tunepilot.space import SearchSpace
 
 
 _FINISHED: dict[tuple[Any, ...], TrialRecord] = {}
@@ -87,6 +95,7 @@ class TrialRecord:
     train: TrainInfo | None = None
     ask_tell: bool = False  # run by a person's own loop (Tuner.suggest / report)
     warm_start_from: str | None = None  # the study whose best config this trial re-runs
+    fixed: Mapping[str, Any] | None = None  # the fixed settings it ran with (None: not recorded)
     user_attrs: Mapping[str, Any] = field(default_factory=dict)  # as stored, for inspection
 
     @property
@@ -152,6 +161,7 @@ class TrialRecord:
             train=TrainInfo.from_attr(t.user_attrs.get(attrs.TRAIN)),
             ask_tell=bool(t.user_attrs.get(attrs.ASK_TELL)),
             warm_start_from=t.user_attrs.get(attrs.WARM_START_FROM),
+            fixed=t.user_attrs.get(attrs.FIXED),
             user_attrs=dict(t.user_attrs),
         )
 
@@ -172,6 +182,7 @@ class History(Sequence[TrialRecord]):
     stop: str | None = None  # why a worker stopped the whole study (target reached), if one did
     last_stop: str | None = None  # why the last run ended
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
+    changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
@@ -191,7 +202,8 @@ class History(Sequence[TrialRecord]):
                    notes=notes.get("text", ""), hints=hints,
                    warm_start=user_attrs.get(attrs.WARM_START) or {},
                    stop=user_attrs.get(attrs.STOP), last_stop=user_attrs.get(attrs.LAST_STOP),
-                   settings=migrate(user_attrs.get(attrs.SETTINGS)))
+                   settings=migrate(user_attrs.get(attrs.SETTINGS)),
+                   changes=tuple(user_attrs.get(attrs.CHANGES) or ()))
 
     @staticmethod
     def proposer_of(storage: Any, trial_id: int) -> str | None:
@@ -241,11 +253,17 @@ class History(Sequence[TrialRecord]):
     def running(self) -> list[TrialRecord]:
         return [t for t in self.trials if t.state == "running"]
 
-    def with_config(self, params: Mapping[str, Any]) -> TrialRecord | None:
-        """The first trial (running or done; not a queued one) that has exactly this config."""
-        key = TrialRecord(-1, "", params, None).key
-        return next((t for t in self.trials
-                     if t.params and t.state != "waiting" and t.key == key), None)
+    def with_config(self, params: Mapping[str, Any], space: SearchSpace | None = None,
+                    tolerance: float = REPEAT_TOLERANCE) -> TrialRecord | None:
+        """The first trial (running or done; not a queued one) with this config: the same
+        choices and integers, and floats within `tolerance` of their range in `space` (of the
+        log range for log parameters). Without a space, floats equal to 6 digits."""
+        if space is None:
+            key = TrialRecord(-1, "", params, None).key
+            return next((t for t in self.trials
+                         if t.params and t.state != "waiting" and t.key == key), None)
+        return next((t for t in self.trials if t.params and t.state != "waiting"
+                     and _near(t.params, params, space, tolerance)), None)
 
     def llm_spend(self) -> float:
         """USD spent on the LLM over the whole study (trials with a known price)."""
@@ -264,8 +282,9 @@ class History(Sequence[TrialRecord]):
         return (self.settings.get("space") or {}).get("fixed") or {}
 
     def config_of(self, t: TrialRecord) -> dict[str, Any]:
-        """The whole config trial `t` ran: the fixed settings and its parameters."""
-        return {**self.fixed, **t.params}
+        """The whole config trial `t` ran: its fixed settings (the study's, for trials of
+        releases that did not record them) and its parameters."""
+        return {**(self.fixed if t.fixed is None else t.fixed), **t.params}
 
     def last_finished(self, k: int) -> list[TrialRecord]:
         """The `k` trials that finished last, in the order they finished."""
@@ -313,6 +332,28 @@ class History(Sequence[TrialRecord]):
         if cur is not None:
             total += cur[1] - cur[0]
         return total
+
+
+def _near(a: Mapping[str, Any], b: Mapping[str, Any], space: SearchSpace,
+          tolerance: float) -> bool:
+    if set(a) != set(b):
+        return False
+    for name, value in b.items():
+        p, other = space.params.get(name), a[name]
+        if isinstance(p, Float) and _number_like(value) and _number_like(other):
+            if p.log and min(value, other, p.low) > 0:
+                gap = abs(math.log(value) - math.log(other)) / math.log(p.high / p.low)
+            else:
+                gap = abs(value - other) / ((p.high - p.low) or 1.0)
+            if gap > tolerance:
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+def _number_like(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _number(t: FrozenTrial) -> int:

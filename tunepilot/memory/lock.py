@@ -119,3 +119,54 @@ def _journal_path(storage: Any) -> str | None:
     backend = getattr(storage, "_backend", None)
     path = getattr(backend, "_file_path", None)
     return str(path) if path is not None else None
+
+
+class SQLiteRun:
+    """One process at a time runs a study of a SQLite file: the study lock above is per
+    process, and SQLite allows one writer. A file lock beside the database says who holds it;
+    the operating system frees it when that process dies, however it dies."""
+
+    def __init__(self, storage: Any, study_name: str):
+        engine = getattr(storage, "engine", None) or getattr(
+            getattr(storage, "_backend", None), "engine", None)
+        database = engine.url.database if engine is not None and \
+            engine.dialect.name == "sqlite" else None
+        self.study = study_name
+        self.database = database
+        self.path = None
+        if database and database != ":memory:":
+            digest = hashlib.sha1(study_name.encode()).hexdigest()[:10]
+            self.path = f"{database}.{digest}.tunepilot-run"
+        self._file: Any = None
+
+    def acquire(self) -> None:
+        """Raises `ConfigError` when another process runs the study."""
+        if self.path is None or self._file is not None:
+            return
+        import fcntl
+        import os
+
+        from tunepilot.errors import ConfigError
+
+        f = open(self.path, "a+")  # noqa: SIM115  # held open for the run
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise ConfigError(
+                f"Study {self.study} in {self.database} is being run by {holder}. SQLite "
+                "allows one writer: wait for that run, stop it, or run several workers on a "
+                "database server (--storage postgresql://... or mysql+pymysql://...)."
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"process {os.getpid()}")
+        f.flush()
+        self._file = f
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing drops the lock
+            self._file = None

@@ -63,6 +63,11 @@ def train(storage: Any, trial_id: int, figures: Mapping[str, Any]) -> None:
     storage.set_trial_user_attr(trial_id, attrs.TRAIN, dict(figures))
 
 
+def fixed(storage: Any, trial_id: int, settings: Mapping[str, Any]) -> None:
+    """The fixed settings the trial runs with, so `best` and `rerun` use its own."""
+    storage.set_trial_user_attr(trial_id, attrs.FIXED, dict(settings))
+
+
 def ask_tell(storage: Any, trial_id: int) -> None:
     """A trial run by a person's own loop: no heartbeat, so no worker takes it for dead."""
     storage.set_trial_user_attr(trial_id, attrs.ASK_TELL, True)
@@ -87,6 +92,13 @@ def enqueue(study: optuna.Study, params: Mapping[str, Any], proposer: attrs.Prop
 def settings(study: optuna.Study, value: Mapping[str, Any]) -> None:
     """The run's settings (no secrets), stored with the current schema version."""
     study.set_user_attr(attrs.SETTINGS, stamped(value))
+
+
+def change(study: optuna.Study, changes: list[str]) -> None:
+    """A deliberate change of the study's identity (``--accept-changes``), kept in its history."""
+    log = list(study.user_attrs.get(attrs.CHANGES) or [])
+    log.append({"after_trial": len(study.trials), "changes": list(changes)})
+    study.set_user_attr(attrs.CHANGES, log)
 
 
 def notes(study: optuna.Study, text: str, trial: int) -> None:

@@ -17,6 +17,8 @@ def redact(url: str) -> str:
     Example:
         >>> redact("postgresql://me:s3cr@t@db:5432/tune?sslpassword=x")
         'postgresql://me:***@db:5432/tune?sslpassword=***'
+        >>> redact("postgresql://me@db/tune?password=x")
+        'postgresql://me@db/tune?password=***'
     """
     try:
         from sqlalchemy.engine import make_url
@@ -25,7 +27,9 @@ def redact(url: str) -> str:
     except Exception:  # not a database URL (journal:FILE, http://...): textual rules
         return _redact_text(url)
     query = {k: ("***" if _SECRET_KEYS.search(k) else v) for k, v in parsed.query.items()}
-    return parsed.set(query=query).render_as_string(hide_password=True)
+    rendered = parsed.set(query=query).render_as_string(hide_password=True)
+    # A raw '@' in a password ends it for SQLAlchemy; the textual rule hides up to the last '@'.
+    return _redact_text(rendered.replace("%2A%2A%2A", "***"))
 
 
 def _redact_text(url: str) -> str:

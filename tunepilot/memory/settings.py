@@ -48,7 +48,8 @@ def migrate(stored: Mapping[str, Any] | None) -> dict[str, Any]:
     version = int(settings.pop("version", 1))
     if version > VERSION:
         raise ConfigError(f"This study's settings were written by a newer tunepilot (settings "
-                         f"version {version}; this one reads up to {VERSION}). Upgrade tunepilot: pip install -U tunepilot.")
+                          f"version {version}; this one reads up to {VERSION}). Upgrade "
+                          "tunepilot: pip install -U tunepilot.")
     while version < VERSION:
         settings = MIGRATIONS[version](settings)
         version += 1

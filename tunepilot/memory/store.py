@@ -63,6 +63,14 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
+        if isinstance(e, ImportError) or "Failed to import DB access module" in str(e):
+            raise ConfigError(
+                f"Cannot open storage {redact(url)}: its database driver is not installed "
+                f"({_one_line(e)}). postgresql:// uses psycopg 3 (pip install "
+                "'psycopg[binary]'), mysql+pymysql:// uses PyMySQL (pip install pymysql); "
+                "both come with tunepilot, so reinstall it, or name a driver you have, e.g. "
+                "postgresql+psycopg2://."
+            ) from None
         raise ConfigError(
             f"Cannot open storage {redact(url)}: {type(e).__name__}: {_one_line(e)}. Check that "
             "the database server is running and the URL (user, host, port, database) is right; "

@@ -1,6 +1,7 @@
 """`tune`: a thin command line over `Tuner`.
 
-Exit codes: 0 the search ended by its own rules (target or budget), 2 bad input, 130 Ctrl-C.
+Exit codes: 0 the search ended by its own rules (target or budget), 2 bad input, 3 the same
+error again and again (a broken trainer), 130 Ctrl-C, 143 SIGTERM.
 Only typer and pydantic load at start-up; torch, Lightning, JAX and Optuna load when a command
 needs them, so `tune --help` stays fast.
 """
@@ -36,9 +37,12 @@ RUNS_DIR = "tunepilot-runs"  # each study's log and report, in the working direc
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+EXIT_REPEATED_FAILURE = 3  # the same error again and again: the trainer looks broken
 
-Storage = Annotated[str | None, typer.Option(help=f"Optuna storage URL "
-                                              f"[default: {DEFAULT_STORAGE}]")]
+# Every command reads the storage URL from TUNEPILOT_STORAGE too: a password in argv shows in ps.
+Storage = Annotated[str | None, typer.Option(
+    envvar="TUNEPILOT_STORAGE", show_envvar=True,
+    help=f"Optuna storage URL, or set TUNEPILOT_STORAGE [default: {DEFAULT_STORAGE}]")]
 Study = Annotated[str | None, typer.Option(help="Study name [default: from trainer and data]")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c",
                                                  help="TOML or YAML file; flags override it")]
@@ -101,9 +105,12 @@ def run(
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Seed of sampler and training [default: 0]")] = None,
+    accept_changes: Annotated[bool | None, typer.Option(
+        "--accept-changes", help="Resume a study with another trainer, data, space or fixed "
+        "setting on purpose (recorded in the study)")] = None,
     n_workers: Annotated[int, typer.Option(
-        help="Worker processes on this machine, sharing the study (needs a PostgreSQL, MySQL "
-        "or journal: storage)", min=1)] = 1,
+        help="Worker processes on this machine, sharing the study (needs a PostgreSQL or MySQL "
+        "storage)", min=1)] = 1,
 ) -> None:
     """Run (or resume) a search."""
     options = {k: v for k, v in locals().items() if k not in ("config", "n_workers")}
@@ -195,8 +202,14 @@ def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
         _print(console, line)
     _print(console, f"to resume: {resume_command(sys.argv[1:], result, cfg.n_trials)}")
     _print(console, f"report: {report}  log: {log}")
+    _exit(result)
+
+
+def _exit(result: Any) -> None:
     if result.interrupted:
         raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
+    if result.failed_alike:
+        raise typer.Exit(EXIT_REPEATED_FAILURE)
 
 
 @app.command()
@@ -208,7 +221,10 @@ def worker(
         help="The study to join [default: the only one in the storage]")] = None,
     name: Annotated[str | None, typer.Option(help="This worker's name in its output lines")] = None,
     llm: Annotated[str | None, typer.Option(help="Override the study's LLM spec")] = None,
-    llm_base_url: Annotated[str | None, typer.Option(help="Override its server URL")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(
+        envvar="TUNEPILOT_LLM_BASE_URL",
+        help="The LLM server's URL; needed (the same as the study's) to send OPENAI_API_KEY "
+        "to a server the study names")] = None,
     llm_model_path: Annotated[str | None, typer.Option(help="GGUF file for --llm local")] = None,
     isolate: Annotated[bool | None, typer.Option("--isolate/--no-isolate")] = None,
 ) -> None:
@@ -227,8 +243,7 @@ def worker(
         result = studies.run(tuner, cfg)
     _print(console, f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
            f"{result.n_finished} finished in the study")
-    if result.interrupted:
-        raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
+    _exit(result)
 
 
 @app.command()

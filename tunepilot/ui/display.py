@@ -100,6 +100,9 @@ class PlainDisplay(Observer):
         if record is not None:
             self.console.print(self.prefix + trial_line(record, history), markup=False)
 
+    def notice(self, text: str) -> None:
+        self.console.print(f"{self.prefix}! {text}", markup=False)
+
     def waiting(self, running: list[int]) -> None:
         if running != self._waiting_for:  # once per change, not per poll
             self._waiting_for = running
@@ -178,6 +181,9 @@ class FileLog(Observer):
     def start(self, study: str, n_trials: int, history: History) -> None:
         self._write(f"run starts: study {study}, {len(history.finished())} of {n_trials} "
                     "trials done")
+
+    def notice(self, text: str) -> None:
+        self._write(f"! {text}")
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         if record is None:

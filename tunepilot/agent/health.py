@@ -1,0 +1,81 @@
+"""The LLM's health over a run: a circuit breaker, so an outage costs seconds, not the night.
+
+- A turn whose request fails in transport (time-out, refused connection, 5xx after retries)
+  falls back to the sampler. After `breaker_after` such turns in a row the model sits out its
+  next turns (no request at all), then is probed with one request; each failed probe doubles
+  the turns it sits out (up to `max_sit_out`). The first answer closes the breaker.
+- A 401/403 (a wrong key) or a 404 (no such model) will not heal by waiting: the model is off
+  for the rest of the run, said once.
+- The first failure of an outage, and the recovery, are said once (`Failure.notice`), as they
+  happen; every trial records its own cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Failure:
+    cause: str  # recorded on the trial as its fallback reason
+    notice: str | None = None  # said once on the terminal, when the outage starts
+
+
+class Health:
+    def __init__(self, breaker_after: int = 3, max_sit_out: int = 16):
+        self.breaker_after = breaker_after
+        self.max_sit_out = max_sit_out
+        self.turns = 0  # LLM turns so far in this run
+        self.failures = 0  # turns in a row whose request failed in transport
+        self.resume_at = 0  # the turn the model is asked again
+        self.next_sit_out = 1
+        self.off: str | None = None  # why the model is off for the run
+        self.last: str | None = None
+        self.announced = False
+
+    @property
+    def probing(self) -> bool:
+        """This turn only checks whether the model is back: one request, no retries."""
+        return self.failures >= self.breaker_after
+
+    def turn(self) -> str | None:
+        """A new LLM turn; the reason to skip it without a request, or None to ask."""
+        self.turns += 1
+        if self.off is not None:
+            return f"LLM off for this run: {self.off}"
+        if self.turns < self.resume_at:
+            return (f"LLM sitting out: {self.failures} turns in a row failed (last: {self.last});"
+                    f" asked again at its turn {self.resume_at}")
+        return None
+
+    def failed(self, error: Exception) -> Failure:
+        """The turn's request failed in transport (`error`, after retries)."""
+        text = str(error)
+        status = getattr(error.__cause__, "status_code", None)
+        if status in (401, 403, 404):
+            what = "the API key was refused" if status != 404 else "the model does not exist"
+            self.off = (f"{what} ({text}); check OPENAI_API_KEY (or your provider's key) and "
+                        "--llm. Optuna proposes every trial")
+            return Failure(f"LLM switched off for this run: {self.off}",
+                           f"LLM switched off for this run: {self.off}")
+        self.failures += 1
+        self.last = text
+        notice = None
+        if not self.announced:
+            self.announced = True
+            notice = (f"LLM unreachable: {text}. Optuna proposes until it answers again; the "
+                      "search goes on")
+        if self.failures < self.breaker_after:
+            return Failure(f"LLM unreachable: {text}", notice)
+        sit_out = self.next_sit_out
+        self.resume_at = self.turns + sit_out + 1
+        self.next_sit_out = min(2 * sit_out, self.max_sit_out)
+        return Failure(f"LLM unreachable: {text}; {self.failures} turns in a row, so it sits out "
+                       f"its next {sit_out}", notice)
+
+    def answered(self) -> str | None:
+        """The model answered; what to say if that ends an outage."""
+        back = self.announced and self.failures > 0
+        self.failures, self.resume_at, self.next_sit_out = 0, 0, 1
+        self.announced = False
+        return "LLM answers again; it proposes from now on" if back else None
