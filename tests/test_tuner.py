@@ -211,3 +211,21 @@ def test_time_budget_counts_what_earlier_runs_spent(storage):
     assert again.n_new <= 1  # only what the first run left of the second
     third = make_tuner(storage, fn=slow).run(n_trials=100, timeout=1.0)
     assert third.n_new == 0 and third.stop_reason.startswith("time budget of 1 s already used")
+
+
+@pytest.mark.parametrize("name", ["median", "successive-halving", "hyperband"])
+def test_every_named_pruner_stops_bad_trials(storage, name):
+    def slow_bad(config, report):
+        loss = (config["x"] - 2.0) ** 2
+        for epoch in range(1, 10):
+            report(epoch, loss + 1.0 / epoch)
+        return loss
+
+    space = SearchSpace.of(x=Float(-10.0, 10.0), epochs=9)
+    tuner = Tuner(trainers.callable(slow_bad), space, storage=storage, study=name, pruner=name,
+                  sampler="random", display=None)
+    result = tuner.run(n_trials=30)
+    pruned = [t for t in result.history if t.state == "pruned"]
+    assert pruned and any(len(t.curve) < 9 for t in pruned), name  # stopped before the end
+    if name == "hyperband":
+        assert tuner.pruner._max_resource == 9  # the trials' epoch budget

@@ -34,7 +34,7 @@ from tunepilot.trainers import BUILTIN
 # The names a config, the CLI's help and the agent accept: one list each.
 STRATEGIES = ("auto", "optuna", "llm", "hybrid")  # auto: hybrid with an LLM, else optuna
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
-PRUNERS = ("median", "none")
+PRUNERS = ("median", "none", "successive-halving", "hyperband")
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -214,3 +214,32 @@ def _explain(e: ValidationError, where: str) -> str:
             msg = err["msg"].removeprefix("Value error, ")
             parts.append(f"{key}: {msg} (found {err['input']!r})")
     return f"Invalid configuration in {where}: " + "; ".join(parts) + "."
+
+
+def starter(trainer: str = "lightning") -> str:
+    """A commented ``tune.toml`` to start from (`tune init`): the mission's four parameters,
+    the budgets, the target and the storage, ready to edit."""
+    from tunepilot.trainers import BUILTIN
+
+    builtin = trainer in BUILTIN
+    data = ('data = "synthetic"             # synthetic[:ROWS] | criteo:PATH | csv:PATH | '
+            'parquet:PATH\n') if builtin else ""
+    batch = "[256, 512, 1024, 2048, 4096]" if builtin else "[16, 32, 64, 128, 256]"
+    target = "0.40" if builtin else "0.0"
+    return f'''# tune.toml: what `tune run --config tune.toml` searches. Flags override this file.
+trainer = "{trainer}"
+{data}n_trials = 30                    # the study's total trials (a rerun resumes, runs the rest)
+timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
+# target = {target}                 # stop as soon as a trial's validation loss is <= this
+pruner = "median"                # {" | ".join(PRUNERS)}
+storage = "{DEFAULT_STORAGE}"  # or postgresql://USER@HOST/DB for several workers
+
+[space]
+# Tuned parameters: float / int (low, high, optional log and step) or categorical (choices).
+lr = {{ type = "float", low = 1e-5, high = 1e-1, log = true }}
+batch_size = {{ type = "categorical", choices = {batch} }}
+precision = {{ type = "categorical", choices = ["32-true", "bf16-mixed"] }}  # + "16-mixed" on CUDA
+dropout = {{ type = "float", low = 0.0, high = 0.5 }}
+# Fixed settings: a plain value. Every trial trains this many epochs.
+epochs = 3
+'''

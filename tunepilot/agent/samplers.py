@@ -27,8 +27,10 @@ def optuna_sampler(name: str, seed: int | None = None) -> optuna.samplers.BaseSa
                       f"{did_you_mean(name, SAMPLERS)}")
 
 
-def make_pruner(pruner: str | optuna.pruners.BasePruner) -> optuna.pruners.BasePruner:
-    """An Optuna pruner by name (median, none), or the pruner given."""
+def make_pruner(pruner: str | optuna.pruners.BasePruner,
+                epochs: int | None = None) -> optuna.pruners.BasePruner:
+    """An Optuna pruner by name (median, none, successive-halving, hyperband), or the pruner
+    given. `epochs`, the trials' epoch budget, is Hyperband's largest resource."""
     if not isinstance(pruner, str):
         return pruner
     if pruner == "median":
@@ -37,5 +39,12 @@ def make_pruner(pruner: str | optuna.pruners.BasePruner) -> optuna.pruners.BaseP
         return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=2)
     if pruner == "none":
         return optuna.pruners.NopPruner()
+    if pruner == "successive-halving":
+        # Rungs at epochs 1, 3, 9...: a third of the trials go on at each.
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=3)
+    if pruner == "hyperband":
+        # Brackets of successive halving from 1 epoch to the whole budget (the trials' epochs).
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs or "auto",
+                                              reduction_factor=3)
     raise ConfigError(f"Unknown pruner {pruner!r}; expected one of {', '.join(PRUNERS)}."
                       f"{did_you_mean(pruner, PRUNERS)}")

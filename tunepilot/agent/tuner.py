@@ -79,7 +79,8 @@ class Tuner:
             raise ConfigError(
                 "The search space has no parameters to tune. Declare some, e.g. "
                 "SearchSpace.of(lr=Float(1e-5, 1e-1, log=True)), or in tune.toml: "
-                '[space] lr = { type = "float", low = 1e-5, high = 1e-1, log = true }'
+                '[space] lr = { type = "float", low = 1e-5, high = 1e-1, log = true }. '
+                "`tune init --trainer SPEC` writes a commented tune.toml to start from."
             )
         if llm is not None and suggester is not None:
             raise ConfigError("Pass llm= (a model for tunepilot's agent) or suggester= (your "
@@ -97,7 +98,8 @@ class Tuner:
                 llm, strategy, task=task or "Train the user's model; lower loss is better.")
         self.suggester = suggester
         self.sampler = sampler
-        self.pruner = make_pruner(pruner)
+        epochs = space.fixed.get("epochs")
+        self.pruner = make_pruner(pruner, epochs if isinstance(epochs, int) else None)
         self.seed = seed
         self.settings = dict(settings or {})
         if display == "auto":

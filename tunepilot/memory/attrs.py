@@ -19,6 +19,8 @@ TRAIN = "train"  # {"wall_time_s", "samples_per_s", "peak_memory_mb"} of a finis
 PROPOSED = "proposed"
 WARM_START_FROM = "warm_start_from"  # on an enqueued trial: the study whose best config it is
 FIXED = "fixed"  # the fixed settings (epochs, seed...) the trial ran with
+FLAT_RATIONALE = "rationale"  # the LLM's rationale as a plain string, for optuna-dashboard
+FLAT_NOTES = "agent_notes"  # the notes it wrote with this trial, likewise
 ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.suggest / report)
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]

@@ -41,6 +41,11 @@ def proposal(storage: Any, trial_id: int, proposer: attrs.Proposer, *,
     values: dict[str, Any] = {**meta, attrs.PROPOSER: proposer}
     if agent:
         values[attrs.LLM] = agent
+    # Flat strings too: optuna-dashboard shows them as they are, next to the trial's params.
+    if rationale:
+        values[attrs.FLAT_RATIONALE] = rationale
+    if notes:
+        values[attrs.FLAT_NOTES] = notes
     if params is not None:
         values[attrs.PROPOSED] = dict(params)
     _set(storage, trial_id, values)

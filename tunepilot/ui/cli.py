@@ -74,7 +74,8 @@ def run(
         help="Comma-separated categorical columns of csv/parquet data")] = None,
     strategy: Annotated[str | None, typer.Option(help=" | ".join(STRATEGIES))] = None,
     sampler: Annotated[str | None, typer.Option(help=" | ".join(SAMPLERS))] = None,
-    pruner: Annotated[str | None, typer.Option(help=" | ".join(PRUNERS))] = None,
+    pruner: Annotated[str | None, typer.Option(
+        help=" | ".join(PRUNERS) + " (stop unpromising trials early) [default: median]")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     llm_model_path: Annotated[str | None, typer.Option(
@@ -244,6 +245,48 @@ def worker(
     _print(console, f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
            f"{result.n_finished} finished in the study")
     _exit(result)
+
+
+@app.command()
+def dashboard(
+    storage: Storage = None,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = 8080,
+) -> None:
+    """Open optuna-dashboard on the studies of a storage: each trial's params, curve, who
+    proposed it and the agent's rationale (user attrs `proposer`, `rationale`)."""
+    from tunepilot.memory import open_storage, redact
+
+    with _user_errors():
+        try:
+            from optuna_dashboard import run_server
+        except ImportError:
+            raise ConfigError("tune dashboard needs optuna-dashboard: pip install "
+                              "'tunepilot[dashboard]' (or pip install optuna-dashboard).") from None
+        url = storage or DEFAULT_STORAGE
+        opened = open_storage(url, heartbeat_s=None)  # a reader beats for no trial
+    typer.echo(f"optuna-dashboard on {redact(url)}: http://{host}:{port}/ (Ctrl-C stops it)")
+    run_server(opened, host=host, port=port)
+
+
+@app.command()
+def init(
+    trainer: Annotated[str, typer.Option(
+        help="lightning | jax (the built-in CTR task), or your package.module:function")]
+    = "lightning",
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write")]
+    = Path("tune.toml"),
+) -> None:
+    """Write a commented tune.toml to start from: lr, batch size, precision, dropout, the
+    budgets, target and storage. Refuses to overwrite a file."""
+    from tunepilot.config import starter
+
+    with _user_errors():
+        if output.exists():
+            raise ConfigError(f"{output} exists; tune init does not overwrite a file. Remove it, "
+                              "or write elsewhere with --output FILE.")
+    output.write_text(starter(trainer), encoding="utf-8")
+    typer.echo(f"wrote {output}; edit it, then: tune run --config {output}")
 
 
 @app.command()
