@@ -55,13 +55,23 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     return f" Did you mean '{close[0]}'?" if close else ""
 
 
+def is_out_of_memory(e: BaseException) -> bool:
+    """Out of memory, of the host or a device, in any framework: MemoryError, torch's
+    OutOfMemoryError (CUDA), XLA's RESOURCE_EXHAUSTED (JAX), "MPS backend out of memory"."""
+    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+        return True
+    text = str(e)
+    return isinstance(e, RuntimeError) and ("RESOURCE_EXHAUSTED" in text
+                                            or "out of memory" in text.lower())
+
+
 def error_kind(e: BaseException) -> str:
     """The recorded kind of a trial's exception (see `ERROR_KINDS`)."""
     if isinstance(e, TrialFailed):
         return e.kind
     if isinstance(e, ConfigError):
         return "config"
-    if isinstance(e, MemoryError) or type(e).__name__ == "OutOfMemoryError":
+    if is_out_of_memory(e):
         return "oom"
     return "exception"
 

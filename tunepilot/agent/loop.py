@@ -16,7 +16,7 @@ from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.runtime import interrupts
-from tunepilot.trainers.base import TrainResult, check_finite
+from tunepilot.trainers.base import TrainResult, check_finite, release_device_memory
 
 if TYPE_CHECKING:
     from tunepilot.agent.tuner import Tuner
@@ -84,7 +84,13 @@ class Loop:
             records.error(storage, trial._trial_id, describe(e))
             raise
         except Exception as e:
-            records.error(storage, trial._trial_id, describe(e))
+            described = describe(e)
+            if described["kind"] == "oom":
+                # What did not fit where: the agent reads it in its next prompt.
+                described["device"] = device()
+                described["message"] = f"{described['message'][:400]} [on {described['device']}]"
+                release_device_memory()
+            records.error(storage, trial._trial_id, described)
             raise
         if not isinstance(result, TrainResult):
             raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")

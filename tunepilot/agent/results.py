@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tunepilot.agent.loop import REPEATED_FAILURE
 from tunepilot.memory import History
 
 
@@ -45,7 +46,7 @@ class TuneResult:
     @property
     def failed_alike(self) -> bool:
         """Stopped by the repeated-failure rule: the trainer looks broken."""
-        return self.stop_reason.startswith("repeated failure")
+        return self.stop_reason.startswith(REPEATED_FAILURE)
 
     @property
     def best_config(self) -> Mapping[str, Any] | None:

@@ -27,9 +27,16 @@ def device() -> str:
         import torch
 
         if torch.cuda.is_available():
-            return f"cuda:{torch.cuda.get_device_name(0)}"
+            total = torch.cuda.get_device_properties(0).total_memory / 2**30
+            return f"cuda:{torch.cuda.get_device_name(0)} ({total:.0f} GiB)"
     if "jax" in sys.modules:
         import jax
 
-        return f"jax:{jax.default_backend()}"
+        backend = jax.default_backend()
+        if backend == "cpu":
+            return "jax:cpu"
+        first = jax.devices()[0]
+        limit = (first.memory_stats() or {}).get("bytes_limit")
+        size = f" ({limit / 2**30:.0f} GiB)" if limit else ""
+        return f"jax:{backend}:{first.device_kind}{size}"
     return f"cpu:{platform.machine()}"

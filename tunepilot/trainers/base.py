@@ -41,6 +41,72 @@ class Trainer(Protocol):
     def __call__(self, config: Mapping[str, Any], report: Report, /) -> TrainResult: ...
 
 
+class PeakMemory:
+    """The peak memory of one trial, from its start (not the process's lifetime peak): the
+    CUDA device's when torch uses one, else the process's resident set (Linux resets its peak
+    through /proc/self/clear_refs; elsewhere the process's peak, as the OS reports it).
+
+    Example:
+        >>> peak = PeakMemory()  # at the trial's start
+        >>> _ = bytearray(10 * 2**20)
+        >>> peak.mb() >= 10
+        True
+    """
+
+    def __init__(self) -> None:
+        self._cuda = _cuda()
+        if self._cuda is not None:
+            self._cuda.reset_peak_memory_stats()
+            return
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # resets VmHWM, the peak resident set, to the current one
+        except OSError:
+            pass
+
+    def mb(self) -> float:
+        if self._cuda is not None:
+            return self._cuda.max_memory_allocated() / 2**20
+        try:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _cuda() -> Any:
+    import sys
+
+    if "torch" not in sys.modules:
+        return None
+    import torch
+
+    return torch.cuda if torch.cuda.is_available() else None
+
+
+def release_device_memory() -> None:
+    """After an out-of-memory trial: give back what the frameworks this process loaded still
+    cache, so the next trial starts on a clean device (no new imports)."""
+    import gc
+    import sys
+
+    gc.collect()
+    if "torch" in sys.modules:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if "jax" in sys.modules:
+        import jax
+
+        jax.clear_caches()  # compiled executables hold device buffers too
+
+
 def no_report(epoch: int, val_loss: float) -> None:
     """A `Report` for running a trainer outside a study (notebooks, benchmarks)."""
     check_finite(epoch, val_loss)

@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 
 from tunepilot.errors import ConfigError, Diverged
-from tunepilot.trainers.base import Report, TrainResult
+from tunepilot.trainers.base import PeakMemory, Report, TrainResult
 
 ModelFactory = Callable[[Mapping[str, Any], nnx.Rngs], nnx.Module]
 LossFn = Callable[[nnx.Module, Any], jax.Array]
@@ -58,7 +58,7 @@ def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, An
         optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
         rng = np.random.default_rng(seed)
         curve: list[float] = []
-        start = time.perf_counter()
+        start, peak = time.perf_counter(), PeakMemory()
         for epoch in range(1, int(config.get("epochs", 1)) + 1):
             model.train()
             order = rng.permutation(n_train)
@@ -75,7 +75,8 @@ def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, An
             if not math.isfinite(loss):
                 raise Diverged(epoch, loss)
             report(epoch, loss)
-        return TrainResult(min(curve), tuple(curve), time.perf_counter() - start)
+        return TrainResult(min(curve), tuple(curve), time.perf_counter() - start,
+                           peak_memory_mb=peak.mb())
 
     train.__name__ = getattr(model_factory, "__name__", "flax")
     return train

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import resource
 import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -28,7 +27,7 @@ import optax
 from flax import nnx
 
 from tunepilot.errors import ConfigError, Diverged
-from tunepilot.trainers.base import Report, TrainResult
+from tunepilot.trainers.base import PeakMemory, Report, TrainResult
 from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
 
@@ -246,6 +245,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
             f"{sorted(_DTYPES)} (bf16-mixed computes in bfloat16 with float32 parameters)."
         )
     start = time.perf_counter()
+    peak = PeakMemory()
     compiled_before = compilations()
     graphdef, params, opt_state = init_state(data, cfg)
     train, val = _on_device(data.train), _on_device(data.val)
@@ -282,7 +282,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         curve=tuple(curve),
         wall_time_s=time.perf_counter() - start,
         samples_per_s=len(data.train) * cfg.epochs / max(train_time, 1e-9),
-        peak_memory_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        peak_memory_mb=peak.mb(),
         extra={"compilations": compilations() - compiled_before,
                "compile_s": _compile_seconds[0] - compile_before,
                "device": f"jax:{jax.devices()[0].device_kind}"},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import resource
 import signal
 import threading
 import time
@@ -22,7 +21,7 @@ import torch
 from torch import nn
 
 from tunepilot.errors import ConfigError, Diverged
-from tunepilot.trainers.base import Report, TrainResult
+from tunepilot.trainers.base import PeakMemory, Report, TrainResult
 from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
 
@@ -223,6 +222,7 @@ def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: s
 def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> TrainResult:
     """Trains the CTR model on `data` with `config`; returns the best validation log-loss."""
     cfg = parse_config(config)
+    peak = PeakMemory()
     torch.manual_seed(cfg.seed)
     module = CTRModule(data, cfg)
     result = fit(module, report, epochs=cfg.epochs, precision=cfg.precision,
@@ -235,7 +235,7 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
         curve=result.curve,
         wall_time_s=result.wall_time_s,
         samples_per_s=len(data.train) * len(result.curve) / max(result.train_time_s, 1e-9),
-        peak_memory_mb=_peak_memory_mb(),
+        peak_memory_mb=peak.mb(),
         extra={"device": result.device},
     )
 
@@ -246,6 +246,7 @@ def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule
     """A trainer for your own LightningModule; see `tunepilot.trainers.lightning`."""
 
     def train(config: Mapping[str, Any], report: Report) -> TrainResult:
+        peak = PeakMemory()
         torch.manual_seed(int(config.get("seed", 0)))
         module = module_factory(config)
         fit_args: dict[str, Any] = {}
@@ -255,7 +256,7 @@ def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule
                      precision=str(config.get("precision", "32-true")),
                      val_loss=_logged(monitor), **fit_args)
         return TrainResult(min(result.curve), result.curve, result.wall_time_s,
-                           peak_memory_mb=_peak_memory_mb(), extra={"device": result.device})
+                           peak_memory_mb=peak.mb(), extra={"device": result.device})
 
     train.__name__ = getattr(module_factory, "__name__", "lightning")
     return train
@@ -296,8 +297,3 @@ def _ctrl_c_raises(trainer: pl.Trainer) -> Iterator[None]:
         raise (original if isinstance(original, KeyboardInterrupt)
                else KeyboardInterrupt()) from None
 
-
-def _peak_memory_mb() -> float:
-    if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # process peak RSS (KiB)
