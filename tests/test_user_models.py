@@ -168,3 +168,67 @@ def test_cli_specs_for_user_models(user, tmp_path):
                         "--epochs", "2", "--storage", "sqlite:///s.db", cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "2 finished" in proc.stdout
+
+
+def test_a_user_s_trainer_settings_and_callbacks_are_in_effect(storage):
+    """Your own Trainer settings (a tuned accumulate_grad_batches) and your own callback run
+    beside tunepilot's reporting callback: fewer optimizer steps with more accumulation."""
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from tunepilot import Categorical
+
+    x = torch.randn(256, 4)
+    y = x.sum(1)
+
+    class Regression(pl.LightningModule):
+        def __init__(self, lr):
+            super().__init__()
+            self.lr, self.net = lr, torch.nn.Linear(4, 1)
+
+        def step(self, batch):
+            return torch.nn.functional.mse_loss(self.net(batch[0])[:, 0], batch[1])
+
+        def training_step(self, batch, i):
+            return self.step(batch)
+
+        def validation_step(self, batch, i):
+            self.log("val_loss", self.step(batch))
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(x[:200], y[:200]), batch_size=50)
+
+        def val_dataloader(self):
+            return DataLoader(TensorDataset(x[200:], y[200:]), batch_size=56)
+
+    class CountSteps(pl.Callback):
+        def __init__(self):
+            self.steps = 0
+
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            self.steps += 1
+
+    counters = []
+
+    def fresh(config):
+        counters.append(CountSteps())
+        return [counters[-1]]
+
+    trainer = trainers.lightning(
+        lambda config: Regression(config["lr"]),
+        trainer_kwargs=lambda config: {"accumulate_grad_batches": config["accumulate"],
+                                       "gradient_clip_val": 1.0},
+        callbacks=fresh)
+    space = SearchSpace.of(lr=Float(1e-3, 0.1, log=True), accumulate=Categorical([1, 4]),
+                           epochs=2)
+    tuner = Tuner(trainer, space, storage=storage, study="own-trainer", pruner="none",
+                  display=None)
+    tuner.enqueue({"lr": 0.05, "accumulate": 1})
+    tuner.enqueue({"lr": 0.05, "accumulate": 4})
+    result = tuner.run(n_trials=2)
+    assert [len(t.curve) for t in result.history] == [2, 2]  # our reporting ran too
+    assert [c.steps for c in counters] == [8, 2]  # 4 batches x 2 epochs, accumulated by 1 / 4

@@ -59,20 +59,31 @@ def callable(fn: Callable[[Mapping[str, Any], Report], float]) -> Trainer:
 
 def lightning(module_factory: Callable[[Mapping[str, Any]], Any],
               datamodule_factory: Callable[[Mapping[str, Any]], Any] | None = None, *,
-              monitor: str = "val_loss") -> Trainer:
+              monitor: str = "val_loss",
+              trainer_kwargs: Mapping[str, Any] | Callable[[Mapping[str, Any]], Any] | None = None,
+              callbacks: Any = None) -> Trainer:
     """Tunes your own LightningModule. Both factories receive the trial's config.
 
     The module (or the data module) provides the dataloaders and logs `monitor` in
     `validation_step`; ``config["epochs"]`` and ``config["precision"]`` set the Trainer's.
+    `trainer_kwargs`: your `lightning.Trainer` settings (devices, strategy, gradient_clip_val,
+    accumulate_grad_batches, a logger...), or a function of the config that returns them, so
+    they can be tuned. `callbacks`: yours (a list, or a function of the config for fresh ones
+    per trial); tunepilot's reporting callback runs beside them.
 
     Example:
         >>> def make_module(config):
         ...     return MyModule(lr=config["lr"], dropout=config["dropout"])  # doctest: +SKIP
-        >>> trainer = lightning(make_module, lambda config: MyData(config["batch_size"]))
+        >>> trainer = lightning(make_module, lambda config: MyData(config["batch_size"]),
+        ...                     trainer_kwargs=lambda config: {
+        ...                         "accumulate_grad_batches": config["accumulate"],
+        ...                         "gradient_clip_val": 1.0},
+        ...                     callbacks=lambda config: [LearningRateMonitor()])
     """
     from tunepilot.trainers.lightning_trainer import user_module
 
-    return user_module(module_factory, datamodule_factory, monitor=monitor)
+    return user_module(module_factory, datamodule_factory, monitor=monitor,
+                       trainer_kwargs=trainer_kwargs, callbacks=callbacks)
 
 
 def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],

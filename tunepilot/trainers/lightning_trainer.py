@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
@@ -180,8 +180,12 @@ class Fit(NamedTuple):
 
 
 def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: str,
-        val_loss: ValLoss, explode_at: float = math.inf, **fit_args: Any) -> Fit:
+        val_loss: ValLoss, explode_at: float = math.inf,
+        trainer_kwargs: Mapping[str, Any] | None = None,
+        callbacks: Sequence[pl.Callback] = (), **fit_args: Any) -> Fit:
     """`Trainer.fit` with no progress bar, logger or checkpoints, reporting every epoch.
+    `trainer_kwargs` (the user's: devices, strategy, accumulate_grad_batches, a logger...)
+    override those defaults; `callbacks` run beside tunepilot's own.
 
     Raises what `report` raised (pruning), `Diverged`, or KeyboardInterrupt on Ctrl-C.
     """
@@ -192,18 +196,21 @@ def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: s
         )
     quiet_lightning()
     callback = _ReportEpochs(report, val_loss, explode_at)
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        accelerator="auto",  # the GPU when there is one
-        devices=1,
-        precision=precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[callback],
-    )
+    settings: dict[str, Any] = {
+        "max_epochs": epochs,
+        "accelerator": "auto",  # the GPU when there is one
+        "devices": 1,
+        "precision": precision,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        **(trainer_kwargs or {}),
+    }
+    own = settings.pop("callbacks", None) or []
+    settings["callbacks"] = [*own, *callbacks, callback]  # theirs, and ours beside them
+    trainer = pl.Trainer(**settings)
     start = time.perf_counter()
     with _ctrl_c_raises(trainer):
         trainer.fit(module, **fit_args)
@@ -240,9 +247,15 @@ def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> Tr
     )
 
 
+PerTrial = Callable[[Mapping[str, Any]], Any]
+
+
 def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule],
                 datamodule_factory: Callable[[Mapping[str, Any]], Any] | None = None, *,
-                monitor: str = "val_loss") -> Callable[[Mapping[str, Any], Report], TrainResult]:
+                monitor: str = "val_loss",
+                trainer_kwargs: Mapping[str, Any] | PerTrial | None = None,
+                callbacks: Sequence[pl.Callback] | PerTrial | None = None,
+                ) -> Callable[[Mapping[str, Any], Report], TrainResult]:
     """A trainer for your own LightningModule; see `tunepilot.trainers.lightning`."""
 
     def train(config: Mapping[str, Any], report: Report) -> TrainResult:
@@ -252,9 +265,12 @@ def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule
         fit_args: dict[str, Any] = {}
         if datamodule_factory is not None:
             fit_args["datamodule"] = datamodule_factory(config)
+        kwargs = trainer_kwargs(config) if callable(trainer_kwargs) else trainer_kwargs
+        extra = callbacks(config) if callable(callbacks) else callbacks
         result = fit(module, report, epochs=int(config.get("epochs", 1)),
                      precision=str(config.get("precision", "32-true")),
-                     val_loss=_logged(monitor), **fit_args)
+                     val_loss=_logged(monitor), trainer_kwargs=kwargs,
+                     callbacks=list(extra or ()), **fit_args)
         return TrainResult(min(result.curve), result.curve, result.wall_time_s,
                            peak_memory_mb=peak.mb(), extra={"device": result.device})
 
