@@ -244,3 +244,33 @@ def test_the_python_api_does_what_tune_does(workdir, study_name, monkeypatch):
     again = tp.rerun(url, study_name, trial.number)
     assert again.result.best_val_loss == pytest.approx(trial.value)
     assert again.difference == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (("--n-workers", "4"), ["0", "1", "2", "3"]),
+    (("--n-workers", "auto", "--gpus-per-trial", "2"), ["0,1", "2,3"]),
+])
+def test_workers_on_a_gpu_machine_each_see_their_own_devices(workdir, study_name, flags,
+                                                               expected):
+    """A fake 4-GPU machine (TUNEPILOT_GPUS=4, as nvidia-smi would list them): each worker is
+    pinned to its own GPUs through CUDA_VISIBLE_DEVICES, and the trials record which."""
+    url = server_url("postgresql")
+    done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
+                    "--pruner", "none", "--storage", url, "--study", study_name,
+                    *flags, "--n-trials", "8", cwd=workdir, env={"TUNEPILOT_GPUS": "4"},
+                    timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = optuna.load_study(study_name=study_name, storage=url).trials
+    seen = sorted({t.user_attrs["train"]["cuda_visible_devices"] for t in trials})
+    assert seen == expected
+    too_many = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm",
+                        "none", "--storage", url, "--study", study_name, "--n-workers", "3",
+                        "--gpus-per-trial", "2", cwd=workdir, env={"TUNEPILOT_GPUS": "4"})
+    assert too_many.returncode == 2 and "need 6 GPUs; this machine has 4" in too_many.stderr
+
+
+def test_on_a_cpu_machine_nothing_is_pinned():
+    from tunepilot.runtime.devices import assign
+
+    assert assign(3, None, []) == (3, [{}, {}, {}])
+    assert assign(None, None, []) == (1, [{}])

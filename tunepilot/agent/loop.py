@@ -3,6 +3,7 @@ each new trial across workers."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -106,6 +107,8 @@ class Loop:
             "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
             # The trainer knows its device best (an isolated trial ran in another process).
             "device": result.extra.get("device") or device(),
+            # The GPUs this worker was pinned to (`tune run --n-workers` on a GPU machine).
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "versions": versions(),
         })
         return result.best_val_loss

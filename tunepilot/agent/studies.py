@@ -26,7 +26,7 @@ from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated
 from tunepilot.memory import History, TrialRecord, load_study, redact
-from tunepilot.runtime import interrupts, pool
+from tunepilot.runtime import devices, interrupts, pool
 from tunepilot.trainers.base import TrainResult, check_finite
 
 EXIT_BAD_INPUT = 2  # a worker's exit code for bad input (the CLI's too)
@@ -105,16 +105,20 @@ def _check_llm_endpoint(study: str, stored: str | None, given: str | None) -> No
             "needs no key).")
 
 
-def run_workers(tuner: Tuner, cfg: TuneConfig, n: int) -> TuneResult:
+def run_workers(tuner: Tuner, cfg: TuneConfig, n: int | None = None, *,
+                gpus_per_trial: int | None = None) -> TuneResult:
     """Runs `n` worker processes on this machine on `tuner`'s study (created now if new) and
-    returns the study's summary once they are done. Ctrl-C or SIGTERM reaches each worker,
-    which fails its running trial cleanly; the result then says it was interrupted."""
+    returns the study's summary once they are done. On a machine with GPUs each worker gets its
+    own `gpus_per_trial` (default 1) and `n` None means one worker per such group. Ctrl-C or
+    SIGTERM reaches each worker, which fails its running trial cleanly; the result then says it
+    was interrupted."""
     check_shared(cfg.storage, "--n-workers")
+    n, per_worker = devices.assign(n, gpus_per_trial, devices.gpus())
     before = len(History.from_study(tuner.study).finished())
     # The LLM server this process was told about, told to its workers (in the environment:
     # argv shows in ps), so they may send it their key.
     env = {"TUNEPILOT_LLM_BASE_URL": cfg.llm_base_url} if cfg.llm_base_url else {}
-    ran = pool.run_workers(cfg.storage, cfg.study_name(), n, env=env)
+    ran = pool.run_workers(cfg.storage, cfg.study_name(), n, env=env, per_worker=per_worker)
     if EXIT_BAD_INPUT in ran.exit_codes and ran.interrupted is None:
         raise ConfigError(f"a worker stopped on bad input (exit codes {list(ran.exit_codes)}); "
                           "see its error above.")

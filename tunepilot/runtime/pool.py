@@ -31,13 +31,16 @@ def threads_per_worker(n: int) -> str:
 
 
 def run_workers(storage: str, study: str, n: int, *, args: Sequence[str] = (),
-                env: Mapping[str, str] | None = None) -> PoolResult:
+                env: Mapping[str, str] | None = None,
+                per_worker: Sequence[Mapping[str, str]] = ()) -> PoolResult:
     """Starts `n` workers on `study` and waits for them. Ctrl-C or SIGTERM is passed on to each
-    (each fails its running trial cleanly) and reported in the result, not raised."""
+    (each fails its running trial cleanly) and reported in the result, not raised.
+    `per_worker[i]`: worker i's own environment (its GPUs, from `devices.assign`)."""
     full_env = {**os.environ, **(env or {}), "TUNEPILOT_STORAGE": storage}
     full_env.setdefault("OMP_NUM_THREADS", threads_per_worker(n))
+    own = list(per_worker) or [{} for _ in range(n)]
     procs = [subprocess.Popen([sys.executable, "-m", "tunepilot", "worker", "--study", study,
-                               "--name", f"w{i + 1}", *args], env=full_env,
+                               "--name", f"w{i + 1}", *args], env={**full_env, **own[i]},
                               start_new_session=True)
              for i in range(n)]
     interrupted: KeyboardInterrupt | None = None

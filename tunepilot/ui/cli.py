@@ -109,13 +109,28 @@ def run(
     accept_changes: Annotated[bool | None, typer.Option(
         "--accept-changes", help="Resume a study with another trainer, data, space or fixed "
         "setting on purpose (recorded in the study)")] = None,
-    n_workers: Annotated[int, typer.Option(
+    n_workers: Annotated[str, typer.Option(
         help="Worker processes on this machine, sharing the study (needs a PostgreSQL or MySQL "
-        "storage)", min=1)] = 1,
+        "storage); auto: one per GPU (or per --gpus-per-trial GPUs)")] = "1",
+    gpus_per_trial: Annotated[int | None, typer.Option(
+        help="GPUs each worker gets, pinned with CUDA_VISIBLE_DEVICES [default: 1 when the "
+        "machine has GPUs]", min=1)] = None,
 ) -> None:
     """Run (or resume) a search."""
-    options = {k: v for k, v in locals().items() if k not in ("config", "n_workers")}
-    _run(config, options, n_workers=n_workers)
+    options = {k: v for k, v in locals().items()
+               if k not in ("config", "n_workers", "gpus_per_trial")}
+    with _user_errors():
+        workers = _workers(n_workers)
+    _run(config, options, n_workers=workers, gpus_per_trial=gpus_per_trial)
+
+
+def _workers(value: str) -> int | None:
+    """--n-workers: a count, or auto (None: one per GPU group)."""
+    if value == "auto":
+        return None
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise ConfigError(f"--n-workers {value!r}: expected a number of workers (1, 4...) or auto.")
 
 
 def create(**kwargs: Any) -> None:
@@ -128,24 +143,26 @@ def create(**kwargs: Any) -> None:
 # `tune create` takes `tune run`'s options (one list to keep), all but --n-workers.
 _run_sig = inspect.signature(run, eval_str=True)  # typer reads the help from Annotated
 create.__signature__ = _run_sig.replace(  # type: ignore[attr-defined]
-    parameters=[p for p in _run_sig.parameters.values() if p.name != "n_workers"])
+    parameters=[p for p in _run_sig.parameters.values()
+                if p.name not in ("n_workers", "gpus_per_trial")])
 app.command()(create)
 
 
-def _run(config: Path | None, options: dict[str, Any], *, n_workers: int = 1,
-         create_only: bool = False) -> None:
+def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None = 1,
+         gpus_per_trial: int | None = None, create_only: bool = False) -> None:
     from tunepilot.agent import studies
     from tunepilot.config import load_config
     from tunepilot.memory import redact
 
     console = _console()
+    pooled = n_workers is None or n_workers > 1 or gpus_per_trial is not None
     with _user_errors():
         cfg = load_config(config, **options)
         display, log = _display(cfg, console)
         if create_only:
             tuner, notes = studies.create(cfg, display)
         else:
-            if n_workers > 1:
+            if pooled:
                 studies.check_shared(cfg.storage, "--n-workers")
             from tunepilot.agent.build import from_config
 
@@ -157,13 +174,10 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int = 1,
             _print(console, "study created; start workers (on any machine that reaches the "
                    "database) with:\n  " + studies.worker_command(cfg))
             return
-        if n_workers > 1:
-            from tunepilot.runtime.pool import threads_per_worker
-
-            _print(console, f"starting {n_workers} workers ({threads_per_worker(n_workers)} "
-                   "thread(s) each unless OMP_NUM_THREADS is set); on other machines more can "
-                   f"join with:\n  {studies.worker_command(cfg)}")
-            result = studies.run_workers(tuner, cfg, n_workers)
+        if pooled:
+            _print(console, f"starting {n_workers or 'one per GPU group of'} workers; on other "
+                   f"machines more can join with:\n  {studies.worker_command(cfg)}")
+            result = studies.run_workers(tuner, cfg, n_workers, gpus_per_trial=gpus_per_trial)
         else:
             result = studies.run(tuner, cfg)
     _finish(console, tuner, cfg, result, log)
