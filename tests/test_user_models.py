@@ -232,3 +232,45 @@ def test_a_user_s_trainer_settings_and_callbacks_are_in_effect(storage):
     result = tuner.run(n_trials=2)
     assert [len(t.curve) for t in result.history] == [2, 2]  # our reporting ran too
     assert [c.steps for c in counters] == [8, 2]  # 4 batches x 2 epochs, accumulated by 1 / 4
+
+
+def test_a_user_s_own_optax_optimizer(storage):
+    import optax
+    from flax import nnx
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype(np.float32)
+    y = x.sum(1)
+    made = []
+
+    def sgd(config):
+        made.append(config["momentum"])
+        return optax.sgd(config["lr"], momentum=config["momentum"])
+
+    def model(config, rngs):
+        return nnx.Linear(4, 1, rngs=rngs)
+
+    def mse(m, batch):
+        return ((m(batch["x"])[:, 0] - batch["y"]) ** 2).mean()
+
+    trainer = trainers.flax(model, mse, ({"x": x[:200], "y": y[:200]},
+                                         {"x": x[200:], "y": y[200:]}), optimizer=sgd)
+    space = SearchSpace.of(lr=Float(1e-3, 0.1, log=True), momentum=Float(0.0, 0.9),
+                           epochs=2, batch_size=50)
+    result = Tuner(trainer, space, storage=storage, study="optax", pruner="none",
+                   display=None).run(n_trials=3)
+    assert result.n_finished == 3 and result.best_value < 3.5  # var(y) = 4: it learned
+    assert made == [t.params["momentum"] for t in result.history]  # one optimizer per trial
+
+
+def test_a_precision_the_device_cannot_run_is_refused_before_the_first_trial(tmp_path):
+    (tmp_path / "space.toml").write_text(
+        '[space]\nprecision = { type = "categorical", choices = ["32-true", "16-mixed"] }\n')
+    done = run_tune("run", "--llm", "none", "--config", "space.toml", "--data", "synthetic:2000",
+                    "--storage", "sqlite:///s.db", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "precision '16-mixed' cannot run here" in done.stderr
+    assert "remove it from [space] precision" in done.stderr
+    assert not (tmp_path / "s.db").exists() or not optuna.load_study(
+        study_name="lightning-synthetic-2000", storage="sqlite:///" + str(tmp_path / "s.db")
+    ).trials

@@ -15,6 +15,7 @@ from tunepilot.agent.strategies import agent as strategy_agent
 from tunepilot.agent.suggest import Suggester
 from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
+from tunepilot.errors import ConfigError
 from tunepilot.memory import open_storage, redact
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
@@ -51,6 +52,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
     if cfg.trainer in trainers.BUILTIN:
         check_ctr_keys(set(space.params) | set(space.fixed))
+        _check_precisions(cfg.trainer, space)
     suggester, llm_agent, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg,
                                                                                          notes))
     notes.append(strategy_note)
@@ -66,6 +68,23 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
                   display=display, warm_start=not worker, accept_changes=cfg.accept_changes)
     tuner.llm_agent = llm_agent
     return tuner, notes
+
+
+def _check_precisions(trainer: str, space: SearchSpace) -> None:
+    """A precision the device cannot run is refused before the first trial, not at it."""
+    from tunepilot import trainers
+    from tunepilot.space import Categorical
+
+    param = space.params.get("precision")
+    asked = list(param.choices) if isinstance(param, Categorical) else (
+        [space.fixed["precision"]] if "precision" in space.fixed else [])
+    can = trainers.device_precisions(trainer)
+    wrong = [p for p in asked if p not in can]
+    if wrong:
+        raise ConfigError(
+            f"precision {', '.join(map(repr, wrong))} cannot run here with --trainer {trainer} "
+            f"(this machine's device supports {', '.join(map(repr, can))}); remove "
+            f"{'it' if len(wrong) == 1 else 'them'} from [space] precision.")
 
 
 def build_trainer(cfg: TuneConfig) -> tuple[Trainer, Any]:

@@ -87,7 +87,8 @@ def lightning(module_factory: Callable[[Mapping[str, Any]], Any],
 
 
 def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
-         loss_fn: Callable[[Any, Any], Any], data: tuple[Any, Any]) -> Trainer:
+         loss_fn: Callable[[Any, Any], Any], data: tuple[Any, Any], *,
+         optimizer: Callable[[Mapping[str, Any]], Any] | None = None) -> Trainer:
     """Tunes your own Flax NNX model with Optax Adam(W).
 
     `model_factory(config, rngs)` builds the model; `loss_fn(model, batch)` returns the mean
@@ -102,10 +103,13 @@ def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
         >>> def mse(model, batch):
         ...     return ((model(batch["x"])[:, 0] - batch["y"]) ** 2).mean()  # doctest: +SKIP
         >>> trainer = flax(make, mse, ({"x": x, "y": y}, {"x": xv, "y": yv}))  # doctest: +SKIP
+
+    `optimizer(config)` gives your own Optax transformation instead of AdamW, e.g.
+    ``lambda config: optax.sgd(config["lr"], momentum=config["momentum"])``.
     """
     from tunepilot.trainers.flax_trainer import user_model
 
-    return user_model(model_factory, loss_fn, data)
+    return user_model(model_factory, loss_fn, data, optimizer)
 
 
 def ctr_lightning(data: Any) -> Trainer:

@@ -43,9 +43,12 @@ train_step = nnx.jit(_train_step, static_argnums=0, donate_argnums=(1, 2))
 eval_step = nnx.jit(_eval_step, static_argnums=0)
 
 
-def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, Any]
-               ) -> Callable[[Mapping[str, Any], Report], TrainResult]:
-    """A trainer for your own Flax model; see `tunepilot.trainers.flax`."""
+def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, Any],
+               optimizer: Callable[[Mapping[str, Any]], optax.GradientTransformation] | None
+               = None) -> Callable[[Mapping[str, Any], Report], TrainResult]:
+    """A trainer for your own Flax model; see `tunepilot.trainers.flax`. `optimizer(config)`:
+    your own Optax transformation (default: AdamW with the config's lr and weight_decay)."""
+    make_optimizer = optimizer  # the name `optimizer` is the nnx.Optimizer of a trial below
     train_data, val_data = data
     n_train, n_val = _length(train_data, "training"), _length(val_data, "validation")
 
@@ -53,8 +56,9 @@ def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, An
         seed = int(config.get("seed", 0))
         batch_size = min(int(config.get("batch_size", 256)), n_train)
         model = model_factory(config, nnx.Rngs(seed))
-        tx = _TX(learning_rate=float(config.get("lr", 1e-3)),
-                 weight_decay=float(config.get("weight_decay", 0.0)))
+        tx = make_optimizer(config) if make_optimizer is not None else _TX(
+            learning_rate=float(config.get("lr", 1e-3)),
+            weight_decay=float(config.get("weight_decay", 0.0)))
         optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
         rng = np.random.default_rng(seed)
         curve: list[float] = []
