@@ -173,3 +173,25 @@ def test_report_and_log_are_written_for_a_run(workdir):
     assert log.count("[optuna]") == 5 and "run ends: budget of 5 trials used" in log
     again = run_tune("report", "--storage", "sqlite:///s.db", "-o", "r.html", cwd=workdir)
     assert again.returncode == 0 and (workdir / "r.html").read_text().startswith("<!doctype")
+
+
+def test_tune_init_writes_a_starter_file_that_runs(tmp_path):
+    done = run_tune("init", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "tune.toml").read_text()
+    for name in ("lr", "batch_size", "precision", "dropout", "n_trials", "timeout", "storage"):
+        assert f"{name} = " in text, name
+    assert_refused(run_tune("init", cwd=tmp_path), "tune.toml exists", "--output")
+    run = run_tune("run", "--config", "tune.toml", "--llm", "none", "--data", "synthetic:2000",
+                   "--n-trials", "1", cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "budget of 1 trials used" in run.stdout
+
+
+def test_tune_init_for_user_code_and_a_run_with_no_space_points_to_it(workdir):
+    bare = run_tune("run", "--llm", "none", "--trainer", "toy:quadratic", cwd=workdir)
+    assert_refused(bare, "no parameters to tune", "tune init --trainer")
+    done = run_tune("init", "--trainer", "toy:quadratic", "-o", "mine.toml", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    text = (workdir / "mine.toml").read_text()
+    assert 'trainer = "toy:quadratic"' in text and "batch_size" in text
