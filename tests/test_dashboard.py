@@ -100,3 +100,29 @@ def test_the_browser_renders_the_report(study_dir, tmp_path):
     dom = _render((study_dir / "r.html").as_uri(), tmp_path)
     assert "tunepilot report: dash" in dom
     assert dom.count("<img") >= 2 and "x near 2 looked best &lt;b&gt;so far" in dom
+
+
+def test_tune_dashboard_as_the_readme_spells_it(study_dir):
+    """`tune dashboard`, no flags: the working directory's tunepilot.db on port 8080."""
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", 8080)) == 0:
+            pytest.skip("port 8080 is taken on this machine")
+    (study_dir / "s.db").rename(study_dir / "tunepilot.db")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TUNEPILOT_STORAGE", None)
+    proc = subprocess.Popen([*TUNE, "dashboard"], cwd=study_dir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(300):
+            try:
+                names = [s["study_name"] for s in
+                         _get("http://127.0.0.1:8080/api/studies")["study_summaries"]]
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("tune dashboard did not answer on port 8080")
+        assert names == ["dash"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
