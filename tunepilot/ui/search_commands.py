@@ -1,0 +1,219 @@
+"""`tune run`, `tune create` and `tune worker`: start or join a search."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tunepilot.config import PRUNERS, SAMPLERS, STRATEGIES
+from tunepilot.errors import ConfigError
+from tunepilot.ui.app import (
+    EXIT_INTERRUPTED,
+    EXIT_REPEATED_FAILURE,
+    EXIT_TERMINATED,
+    RUNS_DIR,
+    ConfigFile,
+    Storage,
+    Study,
+    app,
+    new_console,
+    say,
+    user_errors,
+)
+
+
+@app.command()
+def run(
+    config: ConfigFile = None,
+    trainer: Annotated[str | None, typer.Option(
+        help="lightning | jax (built-in CTR task), package.module:function, or "
+        "lightning:package.module:factory")] = None,
+    data: Annotated[str | None, typer.Option(
+        help="synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH")] = None,
+    rows: Annotated[int | None, typer.Option(help="Read at most ROWS rows of the data")] = None,
+    buckets: Annotated[int | None, typer.Option(
+        help="Hash buckets per categorical field [default: 1024 synthetic, 65536 files]")] = None,
+    label: Annotated[str | None, typer.Option(help="Label column of csv/parquet data")] = None,
+    categorical: Annotated[str | None, typer.Option(
+        help="Comma-separated categorical columns of csv/parquet data")] = None,
+    strategy: Annotated[str | None, typer.Option(help=" | ".join(STRATEGIES))] = None,
+    sampler: Annotated[str | None, typer.Option(help=" | ".join(SAMPLERS))] = None,
+    pruner: Annotated[str | None, typer.Option(
+        help=" | ".join(PRUNERS) + " (stop unpromising trials early) [default: median]")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
+    llm_model_path: Annotated[str | None, typer.Option(
+        help="GGUF chat model file for --llm local")] = None,
+    storage: Storage = None,
+    study: Study = None,
+    heartbeat: Annotated[int | None, typer.Option(
+        help="Seconds between a trial's heartbeats; a trial silent for 3x this (its process "
+        "died) is marked FAIL and retried once [default: 10]")] = None,
+    n_trials: Annotated[int | None, typer.Option(
+        help="Total trials of the study (a rerun finishes the rest) [default: 20]")] = None,
+    timeout: Annotated[str | None, typer.Option(help="Wall-time budget: 90s, 20m, 8h")] = None,
+    trial_timeout: Annotated[str | None, typer.Option(
+        help="Kill and FAIL a trial running longer than this (implies --isolate)")] = None,
+    isolate: Annotated[bool | None, typer.Option(
+        "--isolate/--no-isolate", help="Run each trial in its own process [default: on with "
+        "--timeout or --trial-timeout]")] = None,
+    target: Annotated[float | None, typer.Option(
+        help="Stop when a validation loss <= TARGET")] = None,
+    patience: Annotated[int | None, typer.Option(
+        help="Stop after this many trials without improvement")] = None,
+    min_delta: Annotated[float | None, typer.Option(
+        help="The improvement --patience waits for [default: 0]")] = None,
+    llm_budget: Annotated[float | None, typer.Option(
+        help="Stop when the study's LLM spend reaches this many USD")] = None,
+    llm_token_budget: Annotated[int | None, typer.Option(
+        help="Stop when the study's LLM tokens (in + out) reach this many")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
+    seed: Annotated[int | None, typer.Option(
+        help="Seed of sampler and training [default: 0]")] = None,
+    accept_changes: Annotated[bool | None, typer.Option(
+        "--accept-changes", help="Resume a study with another trainer, data, space or fixed "
+        "setting on purpose (recorded in the study)")] = None,
+    n_workers: Annotated[str, typer.Option(
+        help="Worker processes on this machine, sharing the study (needs a PostgreSQL or MySQL "
+        "storage); auto: one per GPU (or per --gpus-per-trial GPUs)")] = "1",
+    gpus_per_trial: Annotated[int | None, typer.Option(
+        help="GPUs each worker gets, pinned with CUDA_VISIBLE_DEVICES [default: 1 when the "
+        "machine has GPUs]", min=1)] = None,
+) -> None:
+    """Run (or resume) a search."""
+    options = {k: v for k, v in locals().items()
+               if k not in ("config", "n_workers", "gpus_per_trial")}
+    with user_errors():
+        workers = _workers(n_workers)
+    _run(config, options, n_workers=workers, gpus_per_trial=gpus_per_trial)
+
+
+def _workers(value: str) -> int | None:
+    """--n-workers: a count, or auto (None: one per GPU group)."""
+    if value == "auto":
+        return None
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise ConfigError(f"--n-workers {value!r}: expected a number of workers (1, 4...) or auto.")
+
+
+def create(**kwargs: Any) -> None:
+    """Create a study (its space, task, strategy, target and budgets) for `tune worker`s to
+    run; runs no trial. Takes the same options as `tune run`."""
+    config = kwargs.pop("config")
+    _run(config, kwargs, create_only=True)
+
+
+# `tune create` takes `tune run`'s options (one list to keep), all but --n-workers.
+_run_sig = inspect.signature(run, eval_str=True)  # typer reads the help from Annotated
+create.__signature__ = _run_sig.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _run_sig.parameters.values()
+                if p.name not in ("n_workers", "gpus_per_trial")])
+app.command()(create)
+
+
+def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None = 1,
+         gpus_per_trial: int | None = None, create_only: bool = False) -> None:
+    from tunepilot.agent import studies
+    from tunepilot.config import load_config
+    from tunepilot.memory import redact
+
+    console = new_console()
+    pooled = n_workers is None or n_workers > 1 or gpus_per_trial is not None
+    with user_errors():
+        cfg = load_config(config, **options)
+        display, log = _display(cfg, console)
+        if create_only:
+            tuner, notes = studies.create(cfg, display)
+        else:
+            if pooled:
+                studies.check_shared(cfg.storage, "--n-workers")
+            from tunepilot.agent.build import from_config
+
+            tuner, notes = from_config(cfg, display=display)
+        for line in notes:
+            say(console, line)
+        say(console, f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
+        if create_only:
+            say(console, "study created; start workers (on any machine that reaches the "
+                   "database) with:\n  " + studies.worker_command(cfg))
+            return
+        if pooled:
+            say(console, f"starting {n_workers or 'one per GPU group of'} workers; on other "
+                   f"machines more can join with:\n  {studies.worker_command(cfg)}")
+            result = studies.run_workers(tuner, cfg, n_workers, gpus_per_trial=gpus_per_trial)
+        else:
+            result = studies.run(tuner, cfg)
+    _finish(console, tuner, cfg, result, log)
+
+
+def _display(cfg: Any, console: Any, prefix: str = "") -> tuple[Any, Path]:
+    """What a run shows: the terminal (live panel or lines) and the study's log file."""
+    import optuna
+
+    from tunepilot.agent.observer import Tee
+    from tunepilot.ui.display import FileLog, PlainDisplay, console_display
+
+    # The display shows every trial, failures included; Optuna's own lines would repeat them.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    log = Path(RUNS_DIR) / f"{cfg.study_name()}.log"
+    shown = PlainDisplay(console, prefix) if prefix else console_display(console)
+    return Tee(shown, FileLog(log)), log
+
+
+def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
+    from tunepilot.agent.studies import resume_command
+    from tunepilot.ui.display import summary_lines
+    from tunepilot.ui.report import write_report
+
+    report = write_report(tuner.study, Path(RUNS_DIR) / f"{cfg.study_name()}.html")
+    for line in summary_lines(result):
+        say(console, line)
+    say(console, f"to resume: {resume_command(sys.argv[1:], result, cfg.n_trials)}")
+    say(console, f"report: {report}  log: {log}")
+    _exit(result)
+
+
+def _exit(result: Any) -> None:
+    if result.interrupted:
+        raise typer.Exit(EXIT_TERMINATED if result.terminated else EXIT_INTERRUPTED)
+    if result.failed_alike:
+        raise typer.Exit(EXIT_REPEATED_FAILURE)
+
+
+@app.command()
+def worker(
+    storage: Annotated[str, typer.Option(
+        envvar="TUNEPILOT_STORAGE", help="The study's storage URL (PostgreSQL, MySQL or "
+        "journal:FILE); or set TUNEPILOT_STORAGE", show_default=False)],
+    study: Annotated[str | None, typer.Option(
+        help="The study to join [default: the only one in the storage]")] = None,
+    name: Annotated[str | None, typer.Option(help="This worker's name in its output lines")] = None,
+    llm: Annotated[str | None, typer.Option(help="Override the study's LLM spec")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(
+        envvar="TUNEPILOT_LLM_BASE_URL",
+        help="The LLM server's URL; needed (the same as the study's) to send OPENAI_API_KEY "
+        "to a server the study names")] = None,
+    llm_model_path: Annotated[str | None, typer.Option(help="GGUF file for --llm local")] = None,
+    isolate: Annotated[bool | None, typer.Option("--isolate/--no-isolate")] = None,
+) -> None:
+    """Join a study made by `tune run` or `tune create` and run its trials until the study's
+    own rules (target, trial and time budgets) stop it. Start as many as you like, anywhere."""
+    from tunepilot.agent import studies
+
+    console = new_console()
+    prefix = f"[{name or 'worker'}] "
+    with user_errors():
+        tuner, cfg, notes = studies.join(storage, study, llm=llm, llm_base_url=llm_base_url,
+                                         llm_model_path=llm_model_path, isolate=isolate)
+        tuner.display, _ = _display(cfg, console, prefix)
+        say(console, f"{prefix}joined study {cfg.study_name()}; " + "; ".join(
+            n for n in notes if n.startswith("strategy")))
+        result = studies.run(tuner, cfg)
+    say(console, f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
+           f"{result.n_finished} finished in the study")
+    _exit(result)

@@ -1,0 +1,156 @@
+"""`tune show`, `best`, `report`, `rerun`, `dashboard` and `init`: read a study, or start one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tunepilot.errors import ConfigError
+from tunepilot.memory.store import DEFAULT_STORAGE
+from tunepilot.ui.app import (
+    RUNS_DIR,
+    ConfigFile,
+    Storage,
+    Study,
+    app,
+    new_console,
+    say,
+    user_errors,
+)
+
+
+@app.command()
+def dashboard(
+    storage: Storage = None,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = 8080,
+) -> None:
+    """Open optuna-dashboard on the studies of a storage: each trial's params, curve, who
+    proposed it and the agent's rationale (user attrs `proposer`, `rationale`)."""
+    from tunepilot.memory import open_storage, redact
+
+    with user_errors():
+        try:
+            from optuna_dashboard import run_server
+        except ImportError:
+            raise ConfigError("tune dashboard needs optuna-dashboard: pip install "
+                              "'tunepilot[dashboard]' (or pip install optuna-dashboard).") from None
+        url = storage or DEFAULT_STORAGE
+        opened = open_storage(url, heartbeat_s=None)  # a reader beats for no trial
+    typer.echo(f"optuna-dashboard on {redact(url)}: http://{host}:{port}/ (Ctrl-C stops it)")
+    run_server(opened, host=host, port=port)
+
+
+@app.command()
+def init(
+    trainer: Annotated[str, typer.Option(
+        help="lightning | jax (the built-in CTR task), or your package.module:function")]
+    = "lightning",
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write")]
+    = Path("tune.toml"),
+) -> None:
+    """Write a commented tune.toml to start from: lr, batch size, precision, dropout, the
+    budgets, target and storage. Refuses to overwrite a file."""
+    from tunepilot.config import starter
+
+    with user_errors():
+        if output.exists():
+            raise ConfigError(f"{output} exists; tune init does not overwrite a file. Remove it, "
+                              "or write elsewhere with --output FILE.")
+    output.write_text(starter(trainer), encoding="utf-8")
+    typer.echo(f"wrote {output}; edit it, then: tune run --config {output}")
+
+
+@app.command()
+def show(
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+    limit: Annotated[int, typer.Option(help="Rows to show")] = 30,
+) -> None:
+    """The trials of a study as a table, best first, with who proposed each."""
+    from tunepilot.ui.display import trials_table
+
+    with user_errors():
+        history, name = _history(storage, study, config)
+    console = new_console()
+    console.print(trials_table(history, name, limit))
+    if history.notes:
+        say(console, f"agent's notes:\n{history.notes}")
+    for hint in history.hints:
+        say(console, f"hint: {hint}")
+
+
+@app.command()
+def best(storage: Storage = None, study: Study = None, config: ConfigFile = None) -> None:
+    """The best config of a study as JSON (tuned parameters and fixed settings)."""
+    from tunepilot.agent import studies
+
+    with user_errors():
+        trial, run_config = studies.best(*_where(storage, study, config))
+    typer.echo(f"# trial {trial.number}, validation loss {trial.value:.6g}", err=True)
+    typer.echo(json.dumps(run_config, indent=2))
+
+
+@app.command()
+def report(
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="HTML file [default: tunepilot-runs/STUDY.html]")] = None,
+) -> None:
+    """Write a study's report: best config, history, importance, curves, LLM use, failures."""
+    from tunepilot.memory import load_study
+    from tunepilot.ui.report import write_report
+
+    with user_errors():
+        study_obj = load_study(*_where(storage, study, config))
+    path = write_report(study_obj, output or Path(RUNS_DIR) / f"{study_obj.study_name}.html")
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def rerun(
+    trial: Annotated[int, typer.Argument(help="The trial number to run again")],
+    storage: Storage = None,
+    study: Study = None,
+    config: ConfigFile = None,
+) -> None:
+    """Run one trial of a study again with its recorded config and seed, and compare."""
+    from tunepilot.agent import studies
+
+    def show(epoch: int, val_loss: float) -> None:
+        typer.echo(f"  epoch {epoch}: {val_loss:.6f}")
+
+    def start(run_config: Any, record: Any) -> None:
+        train = record.train
+        typer.echo(f"trial {trial}: {json.dumps(dict(run_config))}")
+        typer.echo(f"recorded: {record.state}, value {record.value}, curve "
+                   f"{[round(v, 6) for v in record.curve]}, on {train.device if train else '?'} "
+                   f"with {dict(train.versions) if train else '?'}")
+
+    with user_errors():
+        again = studies.rerun(*_where(storage, study, config), trial, on_start=start,
+                              on_epoch=show)
+    typer.echo(f"now: value {again.result.best_val_loss:.6f}")
+    if again.difference is not None:
+        typer.echo(f"difference: {again.difference:+.2e}")
+
+
+def _where(storage: str | None, study: str | None, config: Path | None) -> tuple[str, str | None]:
+    """The storage URL and study name that flags and a config file name."""
+    from tunepilot.config import load_config
+
+    cfg = load_config(config, storage=storage, study=study)
+    return cfg.storage, cfg.study_name() if (cfg.study or config) else study
+
+
+def _history(storage: str | None, study: str | None, config: Path | None) -> tuple[Any, str]:
+    from tunepilot.memory import History, load_study
+
+    loaded = load_study(*_where(storage, study, config))
+    return History.from_study(loaded), loaded.study_name
