@@ -57,36 +57,7 @@ def _ctr(kind):
 
 
 def _user_lightning():
-    import lightning.pytorch as pl
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.normal(size=(256, 4)).astype(np.float32))
-    y = x.sum(1)
-
-    class Regression(pl.LightningModule):
-        def __init__(self, lr):
-            super().__init__()
-            self.lr, self.net = lr, torch.nn.Linear(4, 1)
-
-        def step(self, batch):
-            return torch.nn.functional.mse_loss(self.net(batch[0])[:, 0], batch[1])
-
-        def training_step(self, batch, i):
-            return self.step(batch)
-
-        def validation_step(self, batch, i):
-            self.log("val_loss", self.step(batch))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
-        def train_dataloader(self):
-            return DataLoader(TensorDataset(x[:200], y[:200]), batch_size=50)
-
-        def val_dataloader(self):
-            return DataLoader(TensorDataset(x[200:], y[200:]), batch_size=56)
+    from tests.lightning_toy import Regression
 
     return trainers.lightning(lambda config: Regression(config["lr"]))
 

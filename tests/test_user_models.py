@@ -174,36 +174,9 @@ def test_a_user_s_trainer_settings_and_callbacks_are_in_effect(storage):
     """Your own Trainer settings (a tuned accumulate_grad_batches) and your own callback run
     beside tunepilot's reporting callback: fewer optimizer steps with more accumulation."""
     import lightning.pytorch as pl
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
 
+    from tests.lightning_toy import Regression
     from tunepilot import Categorical
-
-    x = torch.randn(256, 4)
-    y = x.sum(1)
-
-    class Regression(pl.LightningModule):
-        def __init__(self, lr):
-            super().__init__()
-            self.lr, self.net = lr, torch.nn.Linear(4, 1)
-
-        def step(self, batch):
-            return torch.nn.functional.mse_loss(self.net(batch[0])[:, 0], batch[1])
-
-        def training_step(self, batch, i):
-            return self.step(batch)
-
-        def validation_step(self, batch, i):
-            self.log("val_loss", self.step(batch))
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=self.lr)
-
-        def train_dataloader(self):
-            return DataLoader(TensorDataset(x[:200], y[:200]), batch_size=50)
-
-        def val_dataloader(self):
-            return DataLoader(TensorDataset(x[200:], y[200:]), batch_size=56)
 
     class CountSteps(pl.Callback):
         def __init__(self):
