@@ -274,3 +274,16 @@ def test_on_a_cpu_machine_nothing_is_pinned():
 
     assert assign(3, None, []) == (3, [{}, {}, {}])
     assert assign(None, None, []) == (1, [{}])
+
+
+def test_which_gpus_workers_may_use(monkeypatch):
+    from tunepilot.runtime.devices import gpus
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("TUNEPILOT_GPUS", "0,1,3")  # as the README spells it
+    assert gpus() == ["0", "1", "3"]
+    monkeypatch.setenv("TUNEPILOT_GPUS", "2")  # a count
+    assert gpus() == ["0", "1"]
+    monkeypatch.setenv("TUNEPILOT_GPUS", "")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # one device id, not a count
+    assert gpus() == ["2"]

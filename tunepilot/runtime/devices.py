@@ -17,11 +17,11 @@ from tunepilot.errors import ConfigError
 def gpus() -> list[str]:
     """The GPUs workers may use: ``TUNEPILOT_GPUS`` (a list, "0,1,3", or a count), else
     ``CUDA_VISIBLE_DEVICES``, else what ``nvidia-smi`` lists; [] without any."""
-    chosen = os.environ.get("TUNEPILOT_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES")
+    told = os.environ.get("TUNEPILOT_GPUS", "").strip()
+    if told.isdigit():  # a count
+        return [str(i) for i in range(int(told))]
+    chosen = told or os.environ.get("CUDA_VISIBLE_DEVICES")
     if chosen is not None:
-        chosen = chosen.strip()
-        if chosen.isdigit() and "TUNEPILOT_GPUS" in os.environ and "," not in chosen:
-            return [str(i) for i in range(int(chosen))]
         return [d for d in (p.strip() for p in chosen.split(",")) if d and d != "-1"]
     if shutil.which("nvidia-smi") is None:
         return []
