@@ -140,11 +140,12 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None 
         say(console, f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
         if create_only:
             say(console, "study created; start workers (on any machine that reaches the "
-                   "database) with:\n  " + studies.worker_command(cfg))
+                "database) with:\n  " + studies.worker_command(cfg))
             return
         if pooled:
-            say(console, f"starting {n_workers or 'one per GPU group of'} workers; on other "
-                   f"machines more can join with:\n  {studies.worker_command(cfg)}")
+            how_many = f"{n_workers} workers" if n_workers else "one worker per GPU group"
+            say(console, f"starting {how_many}; on other machines more can join with:\n  "
+                f"{studies.worker_command(cfg)}")
             result = studies.run_workers(tuner, cfg, n_workers, gpus_per_trial=gpus_per_trial)
         else:
             result = studies.run(tuner, cfg)
@@ -215,5 +216,5 @@ def worker(
             n for n in notes if n.startswith("strategy")))
         result = studies.run(tuner, cfg)
     say(console, f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
-           f"{result.n_finished} finished in the study")
+         f"{result.n_finished} finished in the study")
     _exit(result)
