@@ -240,7 +240,9 @@ def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
     assert "sk-secret" not in (tmp_path / "s.db").read_bytes().decode("latin-1")
     runs = tmp_path / "tunepilot-runs"
     log, report = runs / "jax-synthetic-4000.log", runs / "jax-synthetic-4000.html"
-    assert "[llm]" in log.read_text() and "why: moderate lr for Adam on CTR" in log.read_text()
+    text = log.read_text()
+    assert "[llm]" in text and "LLM proposed it: moderate lr for Adam on CTR" in text
+    assert "rationale as written: moderate lr for Adam on CTR" in text
     assert "LLM usage" in report.read_text() and "gpt-4o-mini" in report.read_text()
     for path in (log, report):
         assert "sk-secret" not in path.read_text()

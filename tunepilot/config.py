@@ -32,7 +32,7 @@ from tunepilot.memory.store import DEFAULT_STORAGE
 from tunepilot.trainers import BUILTIN
 
 # The names a config, the CLI's help and the agent accept: one list each.
-STRATEGIES = ("auto", "optuna", "llm", "hybrid")  # auto: hybrid with an LLM, else optuna
+STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")  # auto: review with an LLM, else optuna
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
 PRUNERS = ("median", "none", "successive-halving", "hyperband")
 
@@ -75,7 +75,7 @@ class TuneConfig(BaseModel):
     label: str = "label"  # label column of csv/parquet data
     categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
-    # auto: hybrid when an LLM is configured (--llm), otherwise optuna
+    # auto: review when an LLM is configured (--llm), otherwise optuna
     strategy: str = "auto"  # one of STRATEGIES
     sampler: str = "tpe"  # one of SAMPLERS
     pruner: str = "median"  # one of PRUNERS
@@ -87,6 +87,11 @@ class TuneConfig(BaseModel):
     llm_timeout: float = Field(60.0, gt=0)  # seconds per request
     llm_attempts: int = Field(3, ge=1)  # answers per trial before the fallback sampler takes it
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
+    # Past this share of the search's wall time spent waiting for the LLM, the sampler takes the
+    # LLM's turns (1.0: no cap). A CPU-bound model's turn can cost ten times a small trial.
+    llm_time_share: float = Field(0.2, gt=0.0, le=1.0)
+    # `review`: the most trials (a share) on which the LLM may override the sampler's candidate
+    max_override_share: float = Field(0.3, ge=0.0, le=1.0)
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
     storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)

@@ -114,7 +114,9 @@ def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, Any, str]:
     settings = LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature, cfg.llm_max_tokens,
                            cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path)
     return strategy_agent(settings, cfg.strategy, task=task, n_trials=cfg.n_trials,
-                          target=cfg.target, attempts=cfg.llm_attempts, optuna_line=optuna_line)
+                          target=cfg.target, attempts=cfg.llm_attempts, optuna_line=optuna_line,
+                          llm_time_share=cfg.llm_time_share,
+                          max_override_share=cfg.max_override_share)
 
 
 def _task_description(cfg: TuneConfig, notes: list[str]) -> str:

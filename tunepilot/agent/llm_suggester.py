@@ -24,11 +24,14 @@ import tenacity
 
 from tunepilot.agent.health import Health
 from tunepilot.agent.llm import cost_usd
-from tunepilot.agent.suggest import Suggestion, SuggestionFailed
+from tunepilot.agent.suggest import Candidate, Suggestion, SuggestionFailed
+from tunepilot.agent.transport import describe_error as _describe
+from tunepilot.agent.transport import is_transient, wait_for
 from tunepilot.memory import History
 from tunepilot.memory.compact import compact
-from tunepilot.memory.history import REPEAT_TOLERANCE
-from tunepilot.memory.text import trial_line
+from tunepilot.memory.history import REPEAT_TOLERANCE, same_config
+from tunepilot.memory.insights import insights
+from tunepilot.memory.text import format_params, trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
 
@@ -76,11 +79,45 @@ class LLMSuggester:
         self._methods: list[str | None] = (["json_schema", "function_calling", "json_mode"]
                                            if structured else []) + [None]
         self._method_worked = False
-        self._runnables: dict[tuple[str, str | None], Any] = {}
+        self._runnables: dict[tuple[str, str | None, bool], Any] = {}
         self.health = Health()
         self.notice: Callable[[str], None] | None = None  # says an outage once, as it starts
 
     def __call__(self, space: SearchSpace, history: History) -> Suggestion:
+        def proposal(answer: Mapping[str, Any], meta: dict[str, Any]) -> Suggestion:
+            config = space.snap(answer["config"])
+            _check_new(config, space, history)
+            return Suggestion(config, "llm", rationale=_one_line(answer.get("rationale")),
+                              notes=_notes(answer.get("notes")), meta=meta)
+
+        return self._converse(space, lambda feedback: self.prompt(space, history, feedback),
+                              proposal, review=False)
+
+    def review(self, space: SearchSpace, history: History, candidate: Candidate, *,
+               overrides_left: int) -> Suggestion:
+        """The `review` strategy's turn: the model accepts the sampler's `candidate` (the
+        suggestion keeps the sampler as proposer) or overrides it with a config of its own."""
+        def verdict(answer: Mapping[str, Any], meta: dict[str, Any]) -> Suggestion:
+            rationale = _one_line(answer.get("rationale"))
+            decision = str(answer.get("decision") or "").strip().lower()
+            config = (space.snap(answer["config"]) if decision in ("override", "")
+                      and isinstance(answer.get("config"), Mapping) else None)
+            if config is None or _same(config, candidate.params, space):
+                return Suggestion(dict(candidate.params), "optuna", rationale=rationale,
+                                  meta=meta, review=candidate.record("accepted"))
+            _check_new(config, space, history)
+            return Suggestion(config, "llm", rationale=rationale, notes=_notes(answer.get("notes")),
+                              meta=meta, review=candidate.record("override"))
+
+        return self._converse(
+            space, lambda feedback: self.prompt(space, history, feedback, candidate=candidate,
+                                                overrides_left=overrides_left),
+            verdict, review=True)
+
+    def _converse(self, space: SearchSpace, prompt: Callable[[str | None], str],
+                  read: Callable[[Mapping[str, Any], dict[str, Any]], Suggestion], *,
+                  review: bool) -> Suggestion:
+        """Asks until `read` accepts an answer (an invalid one goes back with its error)."""
         from langchain_core.messages import HumanMessage, SystemMessage
 
         start = time.perf_counter()
@@ -90,12 +127,12 @@ class LLMSuggester:
         if sitting_out is not None:  # no request at all: costs nothing
             raise SuggestionFailed(sitting_out, self._close(meta, start))
         feedback, last = None, None
-        system = render("system.j2", metric=self.metric)
+        system = render("system.j2", metric=self.metric, review=review)
         for _ in range(self.attempts):
             meta["attempts"] += 1
-            prompt = self.prompt(space, history, feedback)
             try:
-                message = self._invoke(space, [SystemMessage(system), HumanMessage(prompt)], meta)
+                message = self._invoke(space, [SystemMessage(system),
+                                               HumanMessage(prompt(feedback))], meta, review)
             except TransportError as e:
                 meta["errors"].append(str(e))
                 if self._next_method(e):
@@ -109,22 +146,22 @@ class LLMSuggester:
                 self.notice(back)
             try:
                 answer = parse_answer(message)
-                config = space.snap(answer["config"])
-                _check_new(config, space, history)
+                # `read` fills in meta's latency when it returns: close it first
+                return read(answer, self._close(dict(meta), start))
             except Exception as e:  # whatever the answer broke: an invalid one
                 feedback = last = str(e) or type(e).__name__
                 meta["errors"].append(f"invalid answer: {feedback}"[:300])
                 continue
-            return Suggestion(config, "llm", rationale=_one_line(answer.get("rationale")),
-                              notes=_notes(answer.get("notes")), meta=self._close(meta, start))
         last = last or (meta["errors"][-1] if meta["errors"] else "no answer")
         raise SuggestionFailed(f"no valid answer in {self.attempts} attempts; last: {last}"[:500],
                                self._close(meta, start))
 
-    def prompt(self, space: SearchSpace, history: History, feedback: str | None = None) -> str:
+    def prompt(self, space: SearchSpace, history: History, feedback: str | None = None, *,
+               candidate: Candidate | None = None, overrides_left: int = 0) -> str:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
         params = list(space.params)
         warm = history.warm_start
+        found = history.insights or insights(history, space)
         return render(
             "trial.j2",
             task=self.task,
@@ -140,13 +177,19 @@ class LLMSuggester:
             notes=history.notes,
             hints=list(history.hints),
             feedback=feedback,
+            insights=found.lines(),
+            candidate=None if candidate is None else {
+                "sampler": candidate.sampler,
+                "config": format_params(candidate.params, params),
+                "state": list(candidate.state),
+                "overrides_left": overrides_left},
         )
 
     def _invoke(self, space: SearchSpace, messages: list[BaseMessage],
-                meta: dict[str, Any]) -> Any:
+                meta: dict[str, Any], review: bool = False) -> Any:
         """The model's answer: a message, or {"raw", "parsed", "parsing_error"} from a
         structured-output runnable."""
-        runnable = self._runnable(space)
+        runnable = self._runnable(space, review)
 
         def on_retry(state: tenacity.RetryCallState) -> None:
             meta["errors"].append(_describe(state.outcome.exception() if state.outcome
@@ -156,7 +199,7 @@ class LLMSuggester:
             retry=tenacity.retry_if_exception(is_transient),
             # A probe of a model that was failing asks once: an outage costs seconds a turn.
             stop=tenacity.stop_after_attempt(1 if self.health.probing else self.transport_attempts),
-            wait=_wait(self.max_wait_s),
+            wait=wait_for(self.max_wait_s),
             before_sleep=on_retry,
             reraise=True,
         )
@@ -172,15 +215,16 @@ class LLMSuggester:
         meta["tokens_out"] += int(usage.get("output_tokens", 0))
         return result
 
-    def _runnable(self, space: SearchSpace) -> Any:
+    def _runnable(self, space: SearchSpace, review: bool = False) -> Any:
         method = self._methods[0]
-        key = (space.model_dump_json(), method)
+        key = (space.model_dump_json(), method, review)
         if key not in self._runnables:
             runnable: Any = self.model
             if method is not None:
                 try:
                     runnable = self.model.with_structured_output(
-                        answer_schema(space, notes=self.notes), method=method, include_raw=True)
+                        answer_schema(space, notes=self.notes, review=review), method=method,
+                        include_raw=True)
                 except (NotImplementedError, TypeError, ValueError):
                     runnable = self.model  # no such mode here: tolerant extraction
             self._runnables[key] = runnable
@@ -206,8 +250,9 @@ class LLMSuggester:
         return {"llm": meta}
 
 
-def answer_schema(space: SearchSpace, notes: bool = True) -> dict[str, Any]:
-    """The JSON schema of an answer: the config (one property per parameter) and a rationale."""
+def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False) -> dict[str, Any]:
+    """The JSON schema of an answer: the config (one property per parameter) and a rationale;
+    for a review, first the decision ("accept" the sampler's candidate, or "override" it)."""
     properties: dict[str, Any] = {}
     for name, p in space.params.items():
         if isinstance(p, Categorical):
@@ -233,6 +278,12 @@ def answer_schema(space: SearchSpace, notes: bool = True) -> dict[str, Any]:
     }
     if not notes:
         del schema["properties"]["notes"]
+    if review:
+        schema["properties"] = {"decision": {"enum": ["accept", "override"]},
+                                **schema["properties"]}
+        schema["required"] = ["decision", *schema["required"]]
+        schema["description"] = ("Accept the optimizer's candidate for the next trial, or "
+                                 "override it with a better configuration, and why.")
     return schema
 
 
@@ -285,55 +336,10 @@ def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) 
 
 
 
-def is_transient(e: BaseException | None) -> bool:
-    """Worth retrying: timeouts, dropped connections, 429 and 5xx."""
-    import httpx
-    import openai
-
-    if isinstance(e, (openai.APIConnectionError, openai.RateLimitError,
-                      openai.InternalServerError, openai.APIResponseValidationError,
-                      httpx.TransportError, TimeoutError, ConnectionError,
-                      json.JSONDecodeError)):  # a body that is not JSON: a proxy's error page
-        return True
-    status = getattr(e, "status_code", None)
-    return isinstance(status, int) and (status == 429 or status >= 500)
-
-
-def retry_after(e: BaseException | None) -> float | None:
-    response = getattr(e, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return float(value) / 1000
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: fall back to exponential backoff
-
-
-def _wait(max_wait_s: float) -> Any:
-    backoff = tenacity.wait_exponential_jitter(multiplier=0.5, max=max_wait_s, jitter=0.5)
-
-    def wait(state: tenacity.RetryCallState) -> float:
-        seconds = retry_after(state.outcome.exception() if state.outcome else None)
-        return min(seconds, max_wait_s) if seconds is not None else backoff(state)
-
-    return wait
-
-
-def _describe(e: BaseException | None) -> str:
-    if e is None:
-        return "unknown error"
-    status = getattr(e, "status_code", None)
-    text = str(e).strip().splitlines()
-    first = text[0][:200] if text else ""
-    return f"{type(e).__name__}{f' {status}' if status else ''}: {first}"
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], space: SearchSpace) -> bool:
+    """The same config within the tolerance of a repeat (an "override" that changes nothing
+    that matters is an acceptance)."""
+    return same_config(dict(b), dict(a), space, REPEAT_TOLERANCE)
 
 
 def _one_line(text: Any) -> str | None:

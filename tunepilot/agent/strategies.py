@@ -2,14 +2,21 @@
 
 - ``optuna``: no suggester (Optuna's sampler proposes every trial; see `build`);
 - ``llm``: the LLM suggester proposes every trial (the sampler only when it fails);
-- ``hybrid`` (what ``auto`` means with a model): the LLM on the first trials and every few
-  after, the sampler the rest, both reading one history.
+- ``review`` (what ``auto`` means with a model): the sampler draws a candidate every trial;
+  the LLM sees it with the sampler's state and accepts or overrides it, on a capped share of
+  trials (see `review`);
+- ``hybrid``: the LLM on the first trials and every few after, the sampler the rest, both
+  reading one history.
+
+Every LLM turn is also subject to `llm_time_share`: past that share of the search's wall time
+spent waiting for the model, the sampler takes the turn.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tunepilot.agent.review import LLM_TIME_SHARE, OVERRIDE_SHARE, Reviewer, paced
 from tunepilot.agent.suggest import Suggester
 from tunepilot.config import STRATEGIES
 from tunepilot.errors import ConfigError, one_of
@@ -18,9 +25,10 @@ from tunepilot.memory import redact
 
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
           target: float | None = None, attempts: int = 3,
-          optuna_line: str = "tpe sampler") -> tuple[Suggester | None, Any, str]:
-    """The suggester for an LLM and a strategy ("auto", "hybrid", "llm"), the LLM suggester
-    inside it (None without a model), and a line saying what was chosen and why.
+          optuna_line: str = "tpe sampler", llm_time_share: float = LLM_TIME_SHARE,
+          max_override_share: float = OVERRIDE_SHARE) -> tuple[Suggester | None, Any, str]:
+    """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
+    suggester inside it (None without a model), and a line saying what was chosen and why.
 
     `llm`: a spec ("openai:gpt-4o-mini", "local", "auto", "none"), `LLMSettings`, or a
     langchain chat model.
@@ -50,7 +58,7 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
                 "OpenAI-compatible server), or use --strategy optuna."
             )
         return None, None, f"strategy: optuna ({optuna_line}); {choice.reason}"
-    strategy = "hybrid" if strategy == "auto" else strategy
+    strategy = "review" if strategy == "auto" else strategy
     # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
     # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
     small = choice.name == "local"
@@ -58,17 +66,26 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
                                  n_trials=n_trials, target=target, prices=settings.prices,
                                  attempts=min(attempts, 2) if small else attempts,
                                  history_k=3 if small else 5, notes=not small)
+    where = f" at {redact(settings.base_url)}" if settings.base_url else ""
+    pace = (f"; the sampler takes its turns past {llm_time_share:.0%} of the wall time"
+            if llm_time_share < 1.0 else "")
+    if strategy == "review":
+        # bench/search.py (bench/README.md): see "review" there for the measured effect.
+        return (Reviewer(llm_suggester, max_override_share, llm_time_share), llm_suggester,
+                f"strategy: review (Optuna's {optuna_line} proposes every trial; {choice.name}"
+                f"{where} reviews each candidate and may override up to "
+                f"{max_override_share:.0%} of them{pace}); {choice.reason}")
+    if strategy == "llm":
+        return paced(llm_suggester, llm_time_share), llm_suggester, (
+            f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} if it "
+            f"fails{pace}); {choice.reason}")
     # bench/search.py (bench/README.md): with the LLM on trials 1, 2, then every 4th, hybrid
     # scored 0.83/0.99/0.69/0.66 at 5/10/20/30 trials against TPE's 0.99/1.00/0.77/0.76; the
     # denser 3/2 rule scored 0.91-0.93 at 20-30 trials, worse than TPE. Measured with the
     # embedded model; rerun the benchmark with --llm before giving a capable model more turns.
     startup, every = 2, 4
-    where = f" at {redact(settings.base_url)}" if settings.base_url else ""
-    if strategy == "llm":
-        return llm_suggester, llm_suggester, (
-            f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} if it "
-            f"fails); {choice.reason}")
     turns = ", ".join(str(n) for n in range(12) if n < startup or (n - startup) % every == 0)
-    return alternate(llm_suggester, startup=startup, every=every), llm_suggester, (
-        f"strategy: hybrid ({choice.name}{where} proposes trials {turns}, ... (every "
-        f"{every}th); Optuna's {optuna_line} the rest); {choice.reason}")
+    return alternate(paced(llm_suggester, llm_time_share), startup=startup, every=every), \
+        llm_suggester, (
+            f"strategy: hybrid ({choice.name}{where} proposes trials {turns}, ... (every "
+            f"{every}th); Optuna's {optuna_line} the rest{pace}); {choice.reason}")

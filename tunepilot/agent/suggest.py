@@ -15,6 +15,7 @@ through the study's storage alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -44,9 +45,25 @@ class Suggestion:
     rationale: str | None = None
     notes: str | None = None  # the agent's updated notes, stored with the study
     meta: Mapping[str, Any] = field(default_factory=dict)
+    review: Mapping[str, Any] | None = None  # the `review` strategy's verdict (Candidate.record)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The sampler's proposal for a trial, shown to a reviewing model with the sampler's state."""
+
+    params: Mapping[str, Any]
+    sampler: str  # "TPE", "CMA-ES", ...
+    state: tuple[str, ...] = ()  # what the sampler has learned, as lines
+
+    def record(self, verdict: str) -> dict[str, Any]:
+        return {"verdict": verdict, "sampler": self.sampler, "candidate": dict(self.params)}
 
 
 class Suggester(Protocol):
+    """Proposes the next config. A suggester with ``reviews = True`` (the `review` strategy) is
+    called with the sampler's `Candidate` as ``candidate=`` and answers for it."""
+
     def __call__(self, space: SearchSpace, history: History, /) -> Suggestion | None: ...
 
 
@@ -59,6 +76,11 @@ class SuggestionFailed(TuneError):
     def __init__(self, message: str, meta: Mapping[str, Any] | None = None):
         super().__init__(message)
         self.meta = dict(meta or {})
+
+
+class SuggestionSkipped(SuggestionFailed):
+    """The suggester was not asked on its turn (e.g. the LLM's share of the search's time is
+    spent); the sampler takes the trial and the reason is recorded."""
 
 
 def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Suggester:
@@ -123,7 +145,9 @@ class AgentSampler(BaseSampler):
         if self.suggester is None or _is_enqueued(trial):
             return self.fallback.sample_relative(study, trial, search_space)
         if trial._trial_id not in self._proposals:
-            self._proposals[trial._trial_id] = self._propose(study, trial)
+            candidate = (self._candidate(study, trial, search_space)
+                         if getattr(self.suggester, "reviews", False) else None)
+            self._proposals[trial._trial_id] = self._propose(study, trial, candidate)
         proposal = self._proposals[trial._trial_id]
         if proposal is None:  # declined, or fell back: the fallback's own joint sample
             return self.fallback.sample_relative(study, trial, search_space)
@@ -141,21 +165,52 @@ class AgentSampler(BaseSampler):
             return proposal[param_name]
         return self.fallback.sample_independent(study, trial, param_name, param_distribution)
 
-    def _propose(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, Any] | None:
-        """The suggester's config for `trial`, recorded; None when the fallback takes it."""
+    def _candidate(self, study: optuna.Study, trial: FrozenTrial,
+                   search_space: dict[str, BaseDistribution]) -> Candidate:
+        """The fallback sampler's whole config for `trial`, drawn as it would draw it alone
+        (its joint sample, then each other parameter in the space's order), and its state."""
+        from tunepilot.agent.sampler_state import describe_sampler
+
+        params = dict(self.fallback.sample_relative(study, trial, search_space))
+        for name, dist in self.space.distributions().items():
+            if name not in params:
+                params[name] = self.fallback.sample_independent(study, trial, name, dist)
+        name, state = describe_sampler(self.fallback, study, self.space, search_space)
+        return Candidate(params, name, tuple(state))
+
+    def _propose(self, study: optuna.Study, trial: FrozenTrial,
+                 candidate: Candidate | None = None) -> dict[str, Any] | None:
+        """The config for `trial`, recorded: the suggester's, or (reviewing) the candidate it
+        accepted; None when the fallback sampler takes the trial."""
+        from tunepilot.memory.insights import insights
+
         storage = study._storage
+        taken = dict(candidate.params) if candidate is not None else None
         # The trial being proposed is RUNNING with no params yet: leave it out.
         history = History.from_study(study, exclude=trial.number)
+        history = dataclasses.replace(history, insights=insights(history, self.space, study))
         for _ in range(_CLASH_ATTEMPTS):
             try:
-                suggestion = self.suggester(self.space, history)  # type: ignore[misc]
+                if candidate is not None:
+                    suggestion = self.suggester(self.space, history,  # type: ignore[misc,call-arg]
+                                                candidate=candidate)
+                else:
+                    suggestion = self.suggester(self.space, history)  # type: ignore[misc]
                 interrupts.check()  # a Ctrl-C that arrived inside a model's C code
+            except SuggestionSkipped as e:
+                records.skipped(storage, trial._trial_id, str(e))
+                return taken
             except SuggestionFailed as e:
                 records.fallback(storage, trial._trial_id, str(e), e.meta)
-                return None
+                return taken
             if suggestion is None:
                 records.proposal(storage, trial._trial_id, "optuna")
-                return None
+                return taken
+            if suggestion.proposer != "llm":  # the reviewer accepted the sampler's candidate
+                records.proposal(storage, trial._trial_id, suggestion.proposer,
+                                 rationale=suggestion.rationale, meta=suggestion.meta,
+                                 review=suggestion.review)
+                return dict(suggestion.params)
             # Another worker may have started the same config while the model was thinking:
             # check and record as one step, so the check holds for everyone.
             with self.lock or contextlib.nullcontext():
@@ -166,14 +221,15 @@ class AgentSampler(BaseSampler):
                         records.notes(study, suggestion.notes, trial.number)
                     records.proposal(storage, trial._trial_id, suggestion.proposer,
                                      params=suggestion.params, rationale=suggestion.rationale,
-                                     notes=suggestion.notes, meta=suggestion.meta)
+                                     notes=suggestion.notes, meta=suggestion.meta,
+                                     review=suggestion.review)
                     return dict(suggestion.params)
         assert clash is not None and suggestion is not None  # the loop ends only on a clash
         reason = (f"the suggester proposed a config that trial #{clash.number} is already "
                   f"{'running' if clash.state == 'running' else 'done with'} "
                   f"{_CLASH_ATTEMPTS} times")
         records.fallback(storage, trial._trial_id, reason, suggestion.meta)
-        return None
+        return taken
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.last_trial_id = trial._trial_id

@@ -52,6 +52,8 @@ class Tuner:
         llm: str | Any | None = None,
         strategy: str = "auto",
         task: str | None = None,
+        llm_time_share: float = 0.2,
+        max_override_share: float = 0.3,
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
         study: str = "tunepilot",
         suggester: Suggester | None = None,
@@ -70,8 +72,10 @@ class Tuner:
             space: what to tune.
             llm: the agent's chat model: a spec ("openai:gpt-4o-mini", "local", "auto",
                 "none") or a langchain chat model. None: Optuna alone (or `suggester`).
-            strategy: with an LLM, "hybrid" (LLM and Optuna take turns; "auto" means this)
-                or "llm" (the LLM proposes every trial).
+            strategy: with an LLM, "review" (Optuna proposes, the LLM reviews each candidate
+                and overrides at most `max_override_share` of them; "auto" means this),
+                "hybrid" (they take turns) or "llm" (the LLM proposes every trial). Past
+                `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its turn.
             task: one or two sentences for the LLM about what is trained.
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
@@ -95,7 +99,8 @@ class Tuner:
             from tunepilot.agent.strategies import agent
 
             suggester, self.llm_agent, self.strategy_note = agent(
-                llm, strategy, task=task or "Train the user's model; lower loss is better.")
+                llm, strategy, task=task or "Train the user's model; lower loss is better.",
+                llm_time_share=llm_time_share, max_override_share=max_override_share)
         self.suggester = suggester
         self.sampler = sampler
         epochs = space.fixed.get("epochs")

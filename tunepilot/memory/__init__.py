@@ -6,7 +6,7 @@ tunepilot's records; `settings` versions what a study stores about its run.
 """
 
 from tunepilot.memory import records
-from tunepilot.memory.history import History, LLMCall, TrainInfo, TrialRecord
+from tunepilot.memory.history import History, LLMCall, Review, TrainInfo, TrialRecord, readable
 from tunepilot.memory.redact import redact
 from tunepilot.memory.store import DEFAULT_STORAGE, load_study, open_storage, open_study
 
@@ -14,11 +14,13 @@ __all__ = [
     "DEFAULT_STORAGE",
     "History",
     "LLMCall",
+    "Review",
     "TrainInfo",
     "TrialRecord",
     "load_study",
     "open_storage",
     "open_study",
+    "readable",
     "records",
     "redact",
 ]

@@ -22,6 +22,10 @@ FIXED = "fixed"  # the fixed settings (epochs, seed...) the trial ran with
 FLAT_RATIONALE = "rationale"  # the LLM's rationale as a plain string, for optuna-dashboard
 FLAT_NOTES = "agent_notes"  # the notes it wrote with this trial, likewise
 ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.suggest / report)
+# The `review` strategy: {"verdict": "accepted" | "override", "sampler": "TPE", "candidate":
+# {...}}: the sampler's candidate the LLM saw, and what it said of it.
+REVIEW = "review"
+LLM_SKIPPED = "llm_skipped"  # why the LLM was not asked on its turn (its share of wall time)
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
+from tunepilot.memory.parts import LLMCall, Review, TrainInfo, readable
 from tunepilot.memory.settings import migrate
 from tunepilot.space import Float
 
@@ -27,54 +28,11 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
+    from tunepilot.memory.insights import Insights
     from tunepilot.space import SearchSpace
 
 
 _FINISHED: dict[tuple[Any, ...], TrialRecord] = {}
-
-
-@dataclass(frozen=True)
-class LLMCall:
-    """What the LLM said and cost on one trial (also when the trial fell back)."""
-
-    model: str | None = None
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float | None = None
-    latency_s: float | None = None
-    attempts: int = 0
-    errors: tuple[str, ...] = ()
-    rationale: str | None = None  # its one-sentence reason for the config
-    notes: str | None = None  # the notes it wrote when proposing this trial
-
-    @classmethod
-    def from_attr(cls, value: Any) -> LLMCall | None:
-        if not isinstance(value, Mapping) or not value:
-            return None
-        return cls(model=value.get("model"), tokens_in=int(value.get("tokens_in") or 0),
-                   tokens_out=int(value.get("tokens_out") or 0), cost_usd=value.get("cost_usd"),
-                   latency_s=value.get("latency_s"), attempts=int(value.get("attempts") or 0),
-                   errors=tuple(str(e) for e in value.get("errors") or ()),
-                   rationale=value.get(attrs.RATIONALE), notes=value.get(attrs.NOTES_UPDATE))
-
-
-@dataclass(frozen=True)
-class TrainInfo:
-    """What the trainer measured on a finished trial."""
-
-    wall_time_s: float | None = None
-    samples_per_s: float | None = None
-    peak_memory_mb: float | None = None
-    device: str | None = None
-    versions: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_attr(cls, value: Any) -> TrainInfo | None:
-        if not isinstance(value, Mapping):
-            return None
-        return cls(wall_time_s=value.get("wall_time_s"), samples_per_s=value.get("samples_per_s"),
-                   peak_memory_mb=value.get("peak_memory_mb"), device=value.get("device"),
-                   versions=dict(value.get("versions") or {}))
 
 
 @dataclass(frozen=True)
@@ -91,6 +49,8 @@ class TrialRecord:
     proposer: str | None = None
     llm: LLMCall | None = None  # what the LLM said and cost, if it was asked
     fallback_reason: str | None = None  # why the suggester did not propose this trial
+    review: Review | None = None  # the `review` strategy's verdict on the sampler's candidate
+    llm_skipped: str | None = None  # why the LLM was not asked on its turn
     error: Mapping[str, str] | None = None  # {"kind", "message"} of a failed trial
     train: TrainInfo | None = None
     ask_tell: bool = False  # run by a person's own loop (Tuner.suggest / report)
@@ -105,10 +65,26 @@ class TrialRecord:
     @property
     def why(self) -> str:
         """What a person reads next to the trial: its error, else the reason it was proposed
-        (the LLM's rationale, or why the suggester fell back)."""
+        (the LLM's rationale, or why the suggester fell back). A rationale that is not a
+        sentence is replaced by what kind of proposal it was; the log keeps it as written."""
         if self.error:
             return f"{self.error.get('kind')}: {self.error.get('message', '')}"
-        return self.rationale or self.fallback_reason or ""
+        if self.rationale and readable(self.rationale):
+            return self.rationale
+        return self.rationale_kind or self.fallback_reason or self.llm_skipped or ""
+
+    @property
+    def rationale_kind(self) -> str | None:
+        """What kind of proposal the LLM made, in words, for when its rationale is junk."""
+        if self.llm is None or not (self.rationale or self.review):
+            return None
+        if self.review is not None:
+            what = (f"accepted {self.review.sampler}'s candidate" if
+                    self.review.verdict == "accepted" else
+                    f"overrode {self.review.sampler}'s candidate")
+        else:
+            what = "proposed by the LLM"
+        return f"{what} (no reason given in words)" if self.rationale else what
 
     @functools.cached_property
     def key(self) -> tuple[Any, ...]:
@@ -157,6 +133,8 @@ class TrialRecord:
             proposer=t.user_attrs.get(attrs.PROPOSER),
             llm=LLMCall.from_attr(t.user_attrs.get(attrs.LLM)),
             fallback_reason=t.user_attrs.get(attrs.FALLBACK_REASON),
+            review=Review.from_attr(t.user_attrs.get(attrs.REVIEW)),
+            llm_skipped=t.user_attrs.get(attrs.LLM_SKIPPED),
             error=error,
             train=TrainInfo.from_attr(t.user_attrs.get(attrs.TRAIN)),
             ask_tell=bool(t.user_attrs.get(attrs.ASK_TELL)),
@@ -183,6 +161,7 @@ class History(Sequence[TrialRecord]):
     last_stop: str | None = None  # why the last run ended
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
+    insights: Insights | None = None  # what the whole history says, where a sampler added it
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
@@ -263,7 +242,7 @@ class History(Sequence[TrialRecord]):
             return next((t for t in self.trials
                          if t.params and t.state != "waiting" and t.key == key), None)
         return next((t for t in self.trials if t.params and t.state != "waiting"
-                     and _near(t.params, params, space, tolerance)), None)
+                     and same_config(t.params, params, space, tolerance)), None)
 
     def llm_spend(self) -> float:
         """USD spent on the LLM over the whole study (trials with a known price)."""
@@ -275,6 +254,14 @@ class History(Sequence[TrialRecord]):
 
     def llm_calls(self) -> list[LLMCall]:
         return [t.llm for t in self.trials if t.llm]
+
+    def llm_seconds(self) -> float:
+        """Seconds spent waiting for the LLM over the whole study."""
+        return sum(t.llm.latency_s or 0.0 for t in self.trials if t.llm)
+
+    def overrides(self) -> int:
+        """Trials where the LLM overrode the sampler's candidate (the `review` strategy)."""
+        return sum(1 for t in self.trials if t.review and t.review.verdict == "override")
 
     @property
     def fixed(self) -> Mapping[str, Any]:
@@ -334,8 +321,10 @@ class History(Sequence[TrialRecord]):
         return total
 
 
-def _near(a: Mapping[str, Any], b: Mapping[str, Any], space: SearchSpace,
-          tolerance: float) -> bool:
+def same_config(a: Mapping[str, Any], b: Mapping[str, Any], space: SearchSpace,
+                tolerance: float = REPEAT_TOLERANCE) -> bool:
+    """Whether two configs are one: the same choices and integers, floats within `tolerance`
+    of their (log) range."""
     if set(a) != set(b):
         return False
     for name, value in b.items():

@@ -29,9 +29,11 @@ def _set(storage: Any, trial_id: int, values: Mapping[str, Any]) -> None:
 
 def proposal(storage: Any, trial_id: int, proposer: attrs.Proposer, *,
              params: Mapping[str, Any] | None = None, rationale: str | None = None,
-             notes: str | None = None, meta: Mapping[str, Any] | None = None) -> None:
+             notes: str | None = None, meta: Mapping[str, Any] | None = None,
+             review: Mapping[str, Any] | None = None) -> None:
     """Who proposed the trial's config, and what the agent said and spent doing it. `params`
-    (the proposed config) is visible to other workers before Optuna stores the params."""
+    (the proposed config) is visible to other workers before Optuna stores the params.
+    `review`: the `review` strategy's {"verdict", "sampler", "candidate"}."""
     meta = dict(meta or {})
     agent = dict(meta.pop(attrs.LLM, None) or {})
     if rationale:
@@ -48,6 +50,8 @@ def proposal(storage: Any, trial_id: int, proposer: attrs.Proposer, *,
         values[attrs.FLAT_NOTES] = notes
     if params is not None:
         values[attrs.PROPOSED] = dict(params)
+    if review is not None:
+        values[attrs.REVIEW] = dict(review)
     _set(storage, trial_id, values)
 
 
@@ -56,6 +60,12 @@ def fallback(storage: Any, trial_id: int, reason: str,
     """The suggester could not propose this trial; the sampler did, for `reason`."""
     _set(storage, trial_id, {**(meta or {}), attrs.PROPOSER: "fallback",
                              attrs.FALLBACK_REASON: reason})
+
+
+def skipped(storage: Any, trial_id: int, reason: str) -> None:
+    """The LLM was not asked on its turn (its share of the search's time is spent): the
+    sampler proposed the trial."""
+    _set(storage, trial_id, {attrs.PROPOSER: "optuna", attrs.LLM_SKIPPED: reason})
 
 
 def error(storage: Any, trial_id: int, described: Mapping[str, str]) -> None:

@@ -42,6 +42,26 @@ def trial_line(record: TrialRecord, history: History) -> str:
             f"{tail}")
 
 
+def why_line(record: TrialRecord) -> str | None:
+    """The LLM's part in a trial, for the line under it: what it did (accepted or overrode the
+    sampler's candidate, proposed, fell back, sat out) and its reason when it gave one in words."""
+    from tunepilot.memory import readable
+
+    if record.llm_skipped:
+        return "the sampler took the LLM's turn: its share of the wall time is spent"
+    if record.llm is None or record.proposer == "fallback":  # an outage is said once, as a notice
+        return None
+    if record.review is not None:
+        what = (f"LLM accepted {record.review.sampler}'s candidate"
+                if record.review.verdict == "accepted" else
+                f"LLM overrode {record.review.sampler}'s candidate "
+                f"({format_params(record.review.candidate, list(record.params), digits=3)})")
+    else:
+        what = "LLM proposed it"
+    reason = record.rationale if readable(record.rationale) else "no reason given in words"
+    return f"{what}: {reason}"
+
+
 def summary_lines(result: TuneResult) -> list[str]:
     """What a finished run says: why it stopped, the trials, the best config."""
     history = result.history
@@ -55,7 +75,33 @@ def summary_lines(result: TuneResult) -> list[str]:
                   f"  {format_params(result.best_params, digits=3)}"]
     else:
         lines.append("best: no trial completed yet")
+    llm_line = _llm_line(history)
+    if llm_line:
+        lines.append(llm_line)
     return lines
+
+
+def _llm_line(history: History) -> str | None:
+    """How the LLM spent its turns: asked, accepted / overrode, skipped past its time share."""
+    asked = [t for t in history if t.llm]
+    skipped = sum(1 for t in history if t.llm_skipped)
+    if not asked and not skipped:
+        return None
+    waited, wall = history.llm_seconds(), history.wall_time_s()
+    share = f", {waited / wall:.0%} of the wall time" if wall > 0 else ""
+    line = (f"LLM: asked on {len(asked)} trial{'s' if len(asked) != 1 else ''} "
+            f"({waited:.0f} s{share})")
+    reviews = [t.review for t in asked if t.review]
+    if reviews:
+        over = sum(1 for r in reviews if r.verdict == "override")
+        line += f"; accepted {len(reviews) - over} candidates, overrode {over}"
+    fell_back = sum(1 for t in history if t.proposer == "fallback")
+    if fell_back:
+        line += f"; {fell_back} fell back to the sampler (no valid answer)"
+    if skipped:
+        line += (f"; {skipped} turns went to the sampler past its share of the wall time "
+                 "(llm_time_share)")
+    return line
 
 
 def trials_table(history: History, study: str, limit: int = 30) -> Table:
@@ -99,6 +145,9 @@ class PlainDisplay(Observer):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         if record is not None:
             self.console.print(self.prefix + trial_line(record, history), markup=False)
+            why = why_line(record)
+            if why:
+                self.console.print(f"{self.prefix}      {why[:160]}", markup=False)
 
     def notice(self, text: str) -> None:
         self.console.print(f"{self.prefix}! {text}", markup=False)
@@ -152,6 +201,9 @@ class LiveDisplay(PlainDisplay):
         self._current = ""
         if record is not None:
             self._live.console.print(trial_line(record, history), markup=False)
+            why = why_line(record)
+            if why:
+                self._live.console.print(f"      {why[:160]}", markup=False)
         self._refresh()
 
     def finish(self, result: TuneResult) -> None:
@@ -189,9 +241,14 @@ class FileLog(Observer):
         if record is None:
             return
         self._write(trial_line(record, history))
-        why = record.rationale or record.fallback_reason
-        if why:
-            self._write(f"    why: {why}")
+        what = why_line(record)
+        if what:
+            self._write(f"    {what}")
+        elif record.fallback_reason:
+            self._write(f"    fell back to the sampler: {record.fallback_reason}")
+        # Everything a model wrote stays in the log, readable or not.
+        if record.rationale:
+            self._write(f"    rationale as written: {record.rationale}")
 
     def finish(self, result: TuneResult) -> None:
         best = (f"best trial {result.best_number} ({result.best_value:.5f})"

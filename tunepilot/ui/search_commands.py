@@ -48,6 +48,12 @@ def run(
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     llm_model_path: Annotated[str | None, typer.Option(
         help="GGUF chat model file for --llm local")] = None,
+    llm_time_share: Annotated[float | None, typer.Option(
+        help="Past this share of the wall time spent waiting for the LLM, the sampler takes "
+        "its turns (1 = no cap) [default: 0.2]")] = None,
+    max_override_share: Annotated[float | None, typer.Option(
+        help="review: the LLM overrides the sampler's candidate on at most this share of the "
+        "trials [default: 0.3]")] = None,
     storage: Storage = None,
     study: Study = None,
     heartbeat: Annotated[int | None, typer.Option(

@@ -1,0 +1,147 @@
+"""The `review` strategy, the LLM's time share, and what the whole history says.
+
+The model is a scripted OpenAI-compatible server on loopback, so every turn goes through the
+real client, structured-output request and parsing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from tests.conftest import quadratic
+from tests.llm_server import ScriptedLLMServer
+from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
+from tunepilot.agent.review import Reviewer
+from tunepilot.memory import History, TrialRecord, readable
+from tunepilot.memory.history import LLMCall, Review
+from tunepilot.memory.insights import insights
+
+SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
+
+
+def chat(server: ScriptedLLMServer) -> ChatOpenAI:
+    return ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="sk-test",
+                      max_retries=0, timeout=10)
+
+
+def accept(request: dict) -> str:
+    return json.dumps({"decision": "accept", "config": {"x": 0.0, "opt": "adam"},
+                       "rationale": "The candidate sits inside the region TPE found good."})
+
+
+def search(llm=None, strategy="auto", sampler="tpe", n=14, **kw):
+    tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:", study="r",
+                  llm=llm, strategy=strategy, sampler=sampler, pruner="none", display=None,
+                  **kw)
+    return tuner.run(n_trials=n).history
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "cmaes"])
+def test_a_model_that_accepts_everything_leaves_the_samplers_search_unchanged(sampler):
+    alone = search(sampler=sampler)
+    with ScriptedLLMServer(accept) as server:
+        reviewed = search(chat(server), "review", sampler=sampler, llm_time_share=1.0)
+    assert [t.params for t in reviewed] == [t.params for t in alone]
+    assert len(server.requests) == 14  # asked on every trial, and it changed nothing
+    assert all(t.proposer == "optuna" and t.review.verdict == "accepted" for t in reviewed)
+    assert reviewed[5].review.candidate == reviewed[5].params
+    assert reviewed[5].rationale.startswith("The candidate sits")
+    # The prompt showed the candidate and the sampler's state.
+    prompt = server.requests[-1]["messages"][-1]["content"]
+    name = "TPE" if sampler == "tpe" else "CMA-ES"
+    assert f"{name} proposes: x=" in prompt
+    assert ("good' group" if sampler == "tpe" else "CMA-ES generation") in prompt
+
+
+def test_overrides_are_capped_at_the_configured_share():
+    n = {"calls": 0}
+
+    def override(request: dict) -> str:
+        n["calls"] += 1
+        return json.dumps({"decision": "override",
+                           "config": {"x": -9.0 + 0.7 * n["calls"], "opt": "sgd"},
+                           "rationale": "A point far from the candidate tests a new region."})
+
+    with ScriptedLLMServer(override) as server:
+        history = search(chat(server), "review", n=20, llm_time_share=1.0,
+                         max_override_share=0.25)
+    overrides = [t for t in history if t.review and t.review.verdict == "override"]
+    assert len(overrides) == 5  # 25% of 20
+    assert all(t.proposer == "llm" and t.review.candidate != t.params for t in overrides)
+    # Once its share was spent, the model was not asked at all: the sampler proposed alone.
+    assert len(server.requests) == 5
+    assert sum(t.proposer == "optuna" and t.review is None for t in history) == 15
+
+
+def test_the_llms_time_share_is_capped_and_the_summary_says_so():
+    from tunepilot.agent.results import TuneResult  # noqa: F401  (the summary's input)
+    from tunepilot.ui.display import summary_lines
+
+    with ScriptedLLMServer(accept) as server:
+        server.enqueue(accept({}), delay=0.4)  # the first turn is slow; trials take ~0 s
+        tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
+                      study="t", llm=chat(server), strategy="review", pruner="none",
+                      display=None, llm_time_share=0.2)
+        result = tuner.run(n_trials=6)
+    skipped = [t for t in result.history if t.llm_skipped]
+    assert len(server.requests) == 1 and len(skipped) == 5
+    assert "cap of 20%" in skipped[0].llm_skipped
+    text = "\n".join(summary_lines(result))
+    assert re.search(r"LLM: asked on 1 trial .*5 turns went to the sampler past its share",
+                     text, re.S), text
+
+
+def test_reviewer_asks_only_while_it_may_still_override():
+    r = Reviewer(llm=None, max_override_share=0.3)  # type: ignore[arg-type]
+    assert [r.allowed(n) for n in (1, 3, 4, 10, 20)] == [1, 1, 1, 3, 6]
+    assert Reviewer(llm=None, max_override_share=0.0).allowed(50) == 0  # type: ignore[arg-type]
+
+
+# --- rationales a person can read ------------------------------------------------------------
+
+@pytest.mark.parametrize("text,ok", [("1.1.1,", False), ("laser-over-bias-1.0", False),
+                                     ("1.0.0.1", False), ("...", False),
+                                     ("Lower the rate: the last two curves rose.", True)])
+def test_readable_rationales(text, ok):
+    assert readable(text) is ok
+
+
+def test_a_junk_rationale_reads_as_the_kind_of_proposal_and_stays_in_the_record():
+    t = TrialRecord(3, "complete", {"x": 1.0}, 1.0, proposer="llm",
+                    llm=LLMCall(model="m", rationale="1.1.1,"),
+                    review=Review("override", "TPE", {"x": 2.0}))
+    assert t.why == "overrode TPE's candidate (no reason given in words)"
+    assert t.rationale == "1.1.1,"  # kept as written for the log
+    plain = TrialRecord(4, "complete", {"x": 1.0}, 1.0, proposer="llm",
+                        llm=LLMCall(model="m", rationale="laser-over-bias-1.0"))
+    assert plain.why == "proposed by the LLM (no reason given in words)"
+
+
+# --- what the whole history says -------------------------------------------------------------
+
+def test_insights_name_importance_ranges_and_an_lr_pressed_against_the_bound():
+    space = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True), width=Int(8, 512, log=True),
+                           act=Categorical(["relu", "tanh"]))
+
+    def loss(c, report):  # lower with higher lr, all the way to the bound; width matters little
+        return -c["lr"] * 10 + 0.001 * (c["width"] / 512) + (0.0 if c["act"] == "relu" else 0.3)
+
+    tuner = Tuner(trainers.callable(loss), space, storage="sqlite:///:memory:", study="i",
+                  pruner="none", display=None)
+    tuner.run(n_trials=40)
+    found = insights(History.from_study(tuner.study), space, tuner.study)
+    assert set(found.importance) == {"lr", "width", "act"}
+    assert max(found.importance, key=found.importance.get) in ("lr", "act")
+    assert "lr" in found.ranges and "(space 1e-05 to 0.1)" in found.ranges["lr"]
+    assert any("lr at the upper bound of the space (0.1)" in a for a in found.alerts), found
+    lines = found.lines()
+    assert lines[0].startswith("Importance (Optuna PED-ANOVA): ")
+
+
+def test_insights_stay_quiet_on_a_young_study():
+    found = insights(History(), SPACE)
+    assert found.lines() == []

@@ -1,0 +1,85 @@
+"""The `review` strategy, and the cap on the LLM's share of a search's time.
+
+Optuna's sampler (TPE, or CMA-ES...) draws a candidate for every trial. On the LLM's turns the
+prompt shows the candidate and what the sampler has learned (TPE's "good" region, CMA-ES's mean
+and step size), and the model accepts it or overrides it with a reason. Overrides are capped at
+a share of the trials (the "Centaur" design, arXiv 2603.24647: an LLM overriding CMA-ES on about
+30% of trials beat both; given 80% it did worse). A model that accepts everything leaves the
+search exactly the sampler's: same seed, same configs.
+
+`paced` keeps the LLM's time in proportion: past a share of the search's wall time spent waiting
+for the model, the sampler takes the turn (a turn of a small model on a CPU can cost ten times a
+trial of a small model).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from tunepilot.agent.suggest import Candidate, Suggester, Suggestion, SuggestionSkipped
+from tunepilot.memory import History
+from tunepilot.space import SearchSpace
+
+if TYPE_CHECKING:
+    from tunepilot.agent.llm_suggester import LLMSuggester
+
+OVERRIDE_SHARE = 0.3  # the published sweet spot
+LLM_TIME_SHARE = 0.2  # of the search's wall time, at most, waiting for the model
+
+
+class Reviewer:
+    """The LLM's side of `review`: asked with the sampler's candidate while it may still
+    override (at most `max_override_share` of the trials; at least one)."""
+
+    reviews = True
+
+    def __init__(self, llm: LLMSuggester, max_override_share: float = OVERRIDE_SHARE,
+                 llm_time_share: float = 1.0):
+        if not 0.0 <= max_override_share <= 1.0:
+            raise ValueError(f"max_override_share must lie in [0, 1], found {max_override_share}")
+        self.llm = llm
+        self.max_override_share = max_override_share
+        self.llm_time_share = llm_time_share
+
+    def allowed(self, n_trials: int) -> int:
+        """Overrides allowed among the first `n_trials` trials."""
+        if self.max_override_share <= 0:
+            return 0
+        return max(1, math.floor(self.max_override_share * n_trials + 1e-9))
+
+    def __call__(self, space: SearchSpace, history: History, /,
+                 candidate: Candidate | None = None) -> Suggestion | None:
+        if candidate is None:  # no candidate to review: the sampler proposes as usual
+            return None
+        left = self.allowed(len(history) + 1) - history.overrides()
+        if left <= 0:  # its share of overrides is used up: nothing to ask
+            return None
+        check_time_share(history, self.llm_time_share)
+        return self.llm.review(space, history, candidate, overrides_left=left)
+
+
+def check_time_share(history: History, max_share: float) -> None:
+    """Raises `SuggestionSkipped` when the study's time spent waiting for the LLM is already
+    `max_share` or more of its wall time (1.0: never)."""
+    if max_share >= 1.0:
+        return
+    waited, wall = history.llm_seconds(), history.wall_time_s()
+    if waited > 0 and wall > 0 and waited / wall >= max_share:
+        raise SuggestionSkipped(
+            f"the LLM's share of the search's time is {waited / wall:.0%} ({waited:.0f} s of "
+            f"{wall:.0f} s), at or past its cap of {max_share:.0%} (llm_time_share): the "
+            "sampler took this turn")
+
+
+def paced(suggester: Suggester, max_share: float = LLM_TIME_SHARE) -> Suggester:
+    """`suggester`, skipped on any turn where the LLM's share of the search's wall time is
+    spent (see `check_time_share`)."""
+    if max_share >= 1.0:
+        return suggester
+
+    def within_share(space: SearchSpace, history: History) -> Suggestion | None:
+        check_time_share(history, max_share)
+        return suggester(space, history)
+
+    return within_share

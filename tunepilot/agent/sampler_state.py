@@ -1,0 +1,77 @@
+"""What an Optuna sampler has learned, in a few lines: shown with its candidate to a reviewing
+model (the `review` strategy). TPE: the region its "good" group covers; CMA-ES: its mean and step
+size; random search: nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tunepilot.memory.text import fmt, format_params
+from tunepilot.space import SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+
+def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
+                     search_space: Mapping[str, BaseDistribution]) -> tuple[str, list[str]]:
+    """The sampler's name and what it has learned, in a few lines for the prompt."""
+    from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
+    from optuna.trial import TrialState
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    n = len(complete)
+    if isinstance(sampler, TPESampler):
+        startup = getattr(sampler, "_n_startup_trials", 10)
+        if n < startup:
+            return "TPE", [f"TPE samples at random until {startup} trials are complete "
+                           f"({n} are): this candidate is a random draw"]
+        from optuna.samplers._tpe.sampler import default_gamma
+
+        good = sorted(complete, key=lambda t: float(t.value or 0.0))[:default_gamma(n)]
+        return "TPE", [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
+                       "complete trials, which spans: " + _spans(good, space)]
+    if isinstance(sampler, CmaEsSampler):
+        state = _cma_state(sampler, complete, search_space)
+        return "CMA-ES", [state] if state else [
+            f"CMA-ES has not started its search distribution yet ({n} trials complete)"]
+    if isinstance(sampler, RandomSampler):
+        return "random search", ["random search has no model: every candidate is a random draw"]
+    return type(sampler).__name__, []
+
+
+def _spans(trials: list[Any], space: SearchSpace) -> str:
+    parts = []
+    for name in space.params:
+        values = [t.params[name] for t in trials if name in t.params]
+        if not values:
+            continue
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            low, high = min(values), max(values)
+            parts.append(f"{name} {fmt(low, 3)}" + ("" if low == high else f" to {fmt(high, 3)}"))
+        else:
+            parts.append(f"{name} in {{{', '.join(sorted({fmt(v, 3) for v in values}))}}}")
+    return "; ".join(parts)
+
+
+def _cma_state(sampler: Any, complete: list[Any],
+               search_space: Mapping[str, BaseDistribution]) -> str | None:
+    """CMA-ES's mean (in the parameters' own units) and step size (a share of each range),
+    read from the optimizer Optuna stores with the trials. Optuna keeps these internals
+    private, so this reads them defensively."""
+    try:
+        from optuna._transform import _SearchSpaceTransform
+
+        optimizer = sampler._restore_optimizer(complete)
+        if optimizer is None or not search_space:
+            return None
+        trans = _SearchSpaceTransform(dict(search_space), transform_step=True,
+                                      transform_0_1=True)
+        mean = trans.untransform(optimizer.mean)
+        return (f"CMA-ES generation {optimizer.generation}: mean "
+                f"{format_params(mean, digits=3)}; step size {float(optimizer._sigma):.3f} of "
+                "each parameter's (log) range")
+    except Exception:
+        return None
