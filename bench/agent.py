@@ -1,16 +1,19 @@
 """The LLM agent's own cost per trial, apart from the model: prompt size and overhead.
 
-For a study of 10, 100 and 1,000 finished trials (on SQLite, as a real run keeps them), prints
-the per-trial prompt's size in characters and tokens (tiktoken's cl100k_base; ~4 characters per
-token when tiktoken is missing), and the time the agent adds to a trial: reading the history
-from the storage, building the prompt, validating and snapping the answer, and writing the
-trial's records. The model itself is a fake that answers at once, so its latency is excluded.
+For a study of 10, 100, 1,000 and 10,000 finished trials (on SQLite, as a real run keeps them),
+prints the per-trial prompt's size in characters and tokens (tiktoken's cl100k_base; ~4
+characters per token when tiktoken is missing), "what the whole history says" section included
+(PED-ANOVA importance, best-20% ranges, alerts), and the time the agent adds to a trial:
+reading the history from the storage, building the prompt, validating and snapping the answer,
+and writing the trial's records. The model itself is a fake that answers at once, so its
+latency is excluded.
 
     python bench/agent.py
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import sys
@@ -28,6 +31,7 @@ from tunepilot.agent.llm_suggester import LLMSuggester
 from tunepilot.agent.samplers import optuna_sampler
 from tunepilot.agent.suggest import AgentSampler
 from tunepilot.memory import History, open_study
+from tunepilot.memory.insights import _IMPORTANCE, insights
 
 SPACE = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True),
                        batch_size=Categorical([256, 512, 1024, 2048, 4096]),
@@ -76,10 +80,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         study = open_study(f"sqlite:///{tmp}/bench.db", "bench")
         print(f"{'trials':>7} {'prompt chars':>13} {'prompt tokens':>14} {'agent ms':>9} "
-              f"{'history read ms':>16} {'whole ask ms':>13}")
-        for n in (10, 100, 1000):
+              f"{'history read ms':>16} {'whole ask ms':>13} {'insights cold ms':>17}")
+        for n in (10, 100, 1000, 10_000):
             fill(study, n)
-            prompt = llm.prompt(SPACE, History.from_study(study))
+            history = History.from_study(study)
+            _IMPORTANCE.clear()  # a cold computation: what a trial pays when importance is due
+            t0 = time.perf_counter()
+            found = insights(history, SPACE, study)
+            cold = time.perf_counter() - t0
+            history = dataclasses.replace(history, insights=found)
+            prompt = llm.prompt(SPACE, history)
             n_tokens, how = tokens(prompt)
             sampler = AgentSampler(SPACE, llm, optuna_sampler("tpe", 0))
             agent_times: list[float] = []
@@ -108,8 +118,10 @@ def main() -> None:
             print(f"{n:>7} {len(prompt):>13,} {n_tokens:>14,} "
                   f"{1e3 * statistics.median(agent_times):>9.1f} "
                   f"{1e3 * statistics.median(reads):>16.1f} "
-                  f"{1e3 * statistics.median(totals):>13.1f}")
-        print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, prompt, "
+                  f"{1e3 * statistics.median(totals):>13.1f} {1e3 * cold:>17.1f}")
+        print(f"\nThe prompt at {n:,} trials:\n{prompt}")
+        print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, "
+              "insights (importance recomputed when the complete trials grew by a tenth), prompt, "
               "the fake model's instant answer, validation, and its two record writes; whole ask: "
               "plus Optuna creating the trial and storing each parameter. Medians of 7 trials.)")
 

@@ -71,7 +71,7 @@ def main() -> None:
             print(f"seed {seed} {strategy:>6}: target {reached:>16}, best {r['best']:.4f}, "
                   f"{r['trials']} trials in {r['wall_s']:.0f} s; LLM {r['llm_turns']} turns "
                   f"{r['llm_s']:.0f} s, {r['overrides']} overrides", flush=True)
-    print(f"\nstrategy   reached   median time (reached runs)   median trials   mean wall   "
+    print("\nstrategy   reached   median time (reached runs)   median trials   mean wall   "
           "LLM s / run")
     for strategy, rs in results.items():
         times = [r["reached_s"] for r in rs if r["reached_s"] is not None]

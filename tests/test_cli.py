@@ -72,7 +72,7 @@ def test_unknown_trainer_is_refused(workdir):
 
 def test_unknown_strategy_is_refused(workdir):
     proc = run_tune("run", "--llm", "none", "--strategy", "genetic", cwd=workdir)
-    assert_refused(proc, "strategy", "'optuna', 'llm' or 'hybrid'", "'genetic'")
+    assert_refused(proc, "strategy", "'optuna', 'review', 'llm' or 'hybrid'", "'genetic'")
     proc = run_tune("run", "--llm", "none", "--strategy", "llm", "--llm", "none", cwd=workdir)
     assert_refused(proc, "Strategy 'llm' needs an LLM", "--llm openai:MODEL")
 

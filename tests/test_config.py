@@ -43,7 +43,8 @@ def test_missing_file_and_bad_toml(tmp_path):
 
 
 def test_invalid_values_are_explained():
-    with pytest.raises(ConfigError, match="strategy: expected 'auto', 'optuna', 'llm' or 'hybrid'"):
+    with pytest.raises(ConfigError,
+                       match="strategy: expected 'auto', 'optuna', 'review', 'llm' or 'hybrid'"):
         load_config(strategy="genetic")
     with pytest.raises(ConfigError, match="not a duration"):
         load_config(timeout="soon")

@@ -30,6 +30,7 @@ from tunepilot import (
     trainers,
 )
 from tunepilot.agent.llm_suggester import LLMSuggester
+from tunepilot.agent.review import Reviewer
 from tunepilot.agent.suggest import alternate
 from tunepilot.memory import History
 from tunepilot.trainers.base import TrainResult, check_finite
@@ -177,8 +178,16 @@ def _function_suggester(space, history):
     return Suggestion({"x": x, "opt": "sgd"}, "llm", rationale="a line search")
 
 
+def _reviews(n):
+    """Accepts the sampler's candidate, then overrides it, in turn."""
+    return [json.dumps({"decision": "override" if i % 2 else "accept",
+                        "config": {"x": -9.5 + 1.5 * i, "opt": "sgd"},
+                        "rationale": f"review number {i} of the candidate"}) for i in range(n)]
+
+
 SUGGESTERS = {
     "llm": lambda: _llm(_answers(20)),
+    "review": lambda: Reviewer(_llm(_reviews(20)), max_override_share=0.5),
     "hybrid": lambda: alternate(_llm(_answers(20)), startup=2, every=2),
     "function": lambda: _function_suggester,
     # Repeats its first answer: the second trial's answers are refused as repeats.
@@ -217,5 +226,6 @@ def test_a_suggester_drives_a_study_without_repeats(name, storage):
             assert t.fallback_reason  # a failure is recorded with its cause
     proposers = {t.proposer for t in result.history}
     expected = {"llm": {"llm"}, "function": {"llm"}, "hybrid": {"llm", "optuna"},
+                "review": {"llm", "optuna"},
                 "llm-repeating": {"llm", "fallback"}, "llm-garbage": {"fallback"}}[name]
     assert proposers == expected

@@ -145,3 +145,34 @@ def test_insights_name_importance_ranges_and_an_lr_pressed_against_the_bound():
 def test_insights_stay_quiet_on_a_young_study():
     found = insights(History(), SPACE)
     assert found.lines() == []
+
+
+def _bound_study(storage: str):
+    space = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True), width=Int(8, 512, log=True))
+
+    def loss(c, report):
+        return -c["lr"] * 10 + 0.001 * (c["width"] / 512)
+
+    tuner = Tuner(trainers.callable(loss), space, storage=storage, study="bound", pruner="none",
+                  display=None, settings={"space": space.model_dump(mode="json")})
+    tuner.run(n_trials=30)
+    return tuner
+
+
+def test_the_faces_show_the_alerts_too(tmp_path):
+    from tests.conftest import run_tune
+    from tunepilot.ui.notebook import NotebookDisplay
+    from tunepilot.ui.report import render_html
+
+    tuner = _bound_study(f"sqlite:///{tmp_path / 's.db'}")
+    alert = "lr at the upper bound of the space (0.1)"
+    assert any(alert in a for a in tuner.insights().alerts)
+    show = run_tune("show", "--storage", "sqlite:///s.db", "--study", "bound", cwd=tmp_path)
+    assert show.returncode == 0, show.stderr
+    assert "what the history says:" in show.stdout and alert in show.stdout
+    assert "Importance (Optuna PED-ANOVA): lr" in show.stdout
+    page = render_html(tuner.study, History.from_study(tuner.study))
+    assert "What the history says" in page and alert in page
+    widget = NotebookDisplay()
+    widget._history = History.from_study(tuner.study)
+    assert alert in widget._html()

@@ -228,12 +228,15 @@ def test_the_llm_answers_again_after_an_outage(storage):
 
 
 def test_a_401_switches_the_llm_off_once(workdir):
+    # The toy trials take no time, so the default cap on the LLM's share of wall time would take
+    # the turns first: lifted, to see what the 401 alone does.
     with ScriptedLLMServer() as server:
         for _ in range(50):
             server.enqueue(status=401)
         done = tune(workdir, "run", "--config", "toy.toml", "--trainer", "toy:epochs",
                     "--storage", "sqlite:///s.db", "--llm", "openai:scripted",
-                    "--llm-base-url", server.base_url, "--strategy", "llm", "--n-trials", "4")
+                    "--llm-base-url", server.base_url, "--strategy", "llm", "--n-trials", "4",
+                    "--llm-time-share", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("LLM switched off for this run") == 1
     assert len(server.requests) == 1  # asked once, never again

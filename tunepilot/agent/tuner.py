@@ -197,6 +197,12 @@ class Tuner:
         """The study's trials as a pandas DataFrame (read now: other writers' trials included)."""
         return History.from_study(self.study).to_frame()
 
+    def insights(self) -> Any:
+        """What the whole history says: parameter importance, where the best 20% lie, alerts."""
+        from tunepilot.memory.insights import insights
+
+        return insights(History.from_study(self.study), self.space, self.study)
+
     @property
     def notes(self) -> str:
         """What the agent has concluded so far (it rewrites its notes as it goes)."""

@@ -74,6 +74,22 @@ def insights(history: History, space: SearchSpace, study: optuna.Study | None = 
                     n_top=len(top), alerts=tuple(alerts[:MAX_ALERTS]))
 
 
+def of_study(study: optuna.Study, history: History | None = None) -> Insights:
+    """The insights of a stored study, its space read from the study (tunepilot's settings, or
+    the distributions of a plain Optuna study's trials)."""
+    from tunepilot.memory.history import History
+    from tunepilot.space import SearchSpace
+
+    history = history or History.from_study(study)
+    saved = history.settings.get("space")
+    try:
+        space = SearchSpace.model_validate(saved) if saved else SearchSpace.from_distributions(
+            {k: v for t in study.get_trials(deepcopy=False) for k, v in t.distributions.items()})
+    except Exception:  # a space this release cannot read: say nothing rather than fail a face
+        return Insights(len(history.completed()))
+    return insights(history, space, study)
+
+
 def _importance(study: optuna.Study | None, complete: Sequence[TrialRecord],
                 space: SearchSpace) -> dict[str, float]:
     if study is None or len(complete) < MIN_TRIALS_IMPORTANCE:

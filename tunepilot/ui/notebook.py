@@ -114,8 +114,23 @@ class NotebookDisplay(Observer):
         if rows:
             parts.append("<table><tr><th>#</th><th>state</th><th>val loss</th><th>by</th>"
                          f"<th>config</th><th>why / error</th></tr>{rows}</table>")
+        parts += [f"<br>&#9888; {_e(alert)}" for alert in _alerts(h)]
         parts.append("</div>")
         return "".join(parts)
+
+
+def _alerts(history: History) -> tuple[str, ...]:
+    """The history's alerts (the best trials at a bound of the space, OOMs, a plateau)."""
+    from tunepilot.memory.insights import insights
+    from tunepilot.space import SearchSpace
+
+    saved = history.settings.get("space")
+    if not saved:
+        return ()
+    try:
+        return insights(history, SearchSpace.model_validate(saved)).alerts
+    except Exception:  # a display never fails a search
+        return ()
 
 
 def _why(t: TrialRecord) -> str:

@@ -34,6 +34,8 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 
 
 def render_html(study: optuna.Study, history: History) -> str:
+    from tunepilot.memory.insights import of_study
+
     best = history.best_trial
     states = collections.Counter(t.state for t in history)
     proposers = collections.Counter(t.proposer or "?" for t in history)
@@ -50,9 +52,10 @@ def render_html(study: optuna.Study, history: History) -> str:
         llm=_llm(history),
         failures=_failures(history),
         notes=history.notes,
+        insights=of_study(study, history).lines(),
         hints=history.hints,
         trials=[[t.number, t.state, f"{t.value:.5f}" if t.value is not None else "-", t.proposer,
-                 format_params(t.params), (t.rationale or "")[:100]] for t in trials],
+                 format_params(t.params), t.why[:100]] for t in trials],
     )
 
 

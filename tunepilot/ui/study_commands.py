@@ -72,12 +72,18 @@ def show(
     limit: Annotated[int, typer.Option(help="Rows to show")] = 30,
 ) -> None:
     """The trials of a study as a table, best first, with who proposed each."""
+    from tunepilot.memory import History, load_study
+    from tunepilot.memory.insights import of_study
     from tunepilot.ui.display import trials_table
 
     with user_errors():
-        history, name = _history(storage, study, config)
+        loaded = load_study(*_where(storage, study, config))
+    history = History.from_study(loaded)
     console = new_console()
-    console.print(trials_table(history, name, limit))
+    console.print(trials_table(history, loaded.study_name, limit))
+    lines = of_study(loaded, history).lines()
+    if lines:
+        say(console, "what the history says:\n" + "\n".join(f"  {line}" for line in lines))
     if history.notes:
         say(console, f"agent's notes:\n{history.notes}")
     for hint in history.hints:
@@ -147,10 +153,3 @@ def _where(storage: str | None, study: str | None, config: Path | None) -> tuple
 
     cfg = load_config(config, storage=storage, study=study)
     return cfg.storage, cfg.study_name() if (cfg.study or config) else study
-
-
-def _history(storage: str | None, study: str | None, config: Path | None) -> tuple[Any, str]:
-    from tunepilot.memory import History, load_study
-
-    loaded = load_study(*_where(storage, study, config))
-    return History.from_study(loaded), loaded.study_name
