@@ -410,11 +410,14 @@ def review_stats(results: Results) -> str:
     if not rows:
         return "review: no reviewed trials"
     over = [(v, c) for verdict, v, c in rows if verdict == "override"]
+    refused = sum(1 for verdict, _, _ in rows if verdict == "refused")
     better = sum(1 for v, c in over if v < c)
     worse = sum(1 for v, c in over if v > c)
     asked = len(rows)
-    return (f"review: the model was asked on {asked} trials and accepted {asked - len(over)} "
-            f"({(asked - len(over)) / asked:.0%}); of its {len(over)} overrides, {better} beat "
+    accepted = asked - len(over) - refused
+    return (f"review: the model was asked on {asked} trials and accepted {accepted} "
+            f"({accepted / asked:.0%}); {refused} overrides without a reason in words were "
+            f"refused; of its {len(over)} overrides taken, {better} beat "
             f"the candidate they replaced, {worse} did worse, {len(over) - better - worse} tied"
             + (f"; mean loss of overrides {statistics.fmean(v for v, _ in over):.4g} against "
                f"{statistics.fmean(c for _, c in over):.4g} for the candidates" if over else ""))

@@ -176,3 +176,18 @@ def test_the_faces_show_the_alerts_too(tmp_path):
     widget = NotebookDisplay()
     widget._history = History.from_study(tuner.study)
     assert alert in widget._html()
+
+
+def test_an_override_without_a_reason_in_words_is_refused_and_the_candidate_runs():
+    def junk(request: dict) -> str:
+        return json.dumps({"decision": "override", "config": {"x": 7.5, "opt": "sgd"},
+                           "rationale": "1.1.1,"})
+
+    alone = search(n=4)
+    with ScriptedLLMServer(junk) as server:
+        history = search(chat(server), "review", n=4, llm_time_share=1.0)
+    assert [t.params for t in history] == [t.params for t in alone]
+    assert all(t.review.verdict == "refused" and t.proposer == "optuna" for t in history)
+    assert history[0].user_attrs["review"]["override"] == {"x": 7.5, "opt": "sgd"}
+    assert history[0].why == "an override refused, TPE's candidate ran (no reason given in words)"
+    assert history[0].rationale == "1.1.1,"  # kept as written

@@ -27,7 +27,7 @@ from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Candidate, Suggestion, SuggestionFailed
 from tunepilot.agent.transport import describe_error as _describe
 from tunepilot.agent.transport import is_transient, wait_for
-from tunepilot.memory import History
+from tunepilot.memory import History, readable
 from tunepilot.memory.compact import compact
 from tunepilot.memory.history import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.insights import insights
@@ -105,6 +105,12 @@ class LLMSuggester:
             if config is None or _same(config, candidate.params, space):
                 return Suggestion(dict(candidate.params), "optuna", rationale=rationale,
                                   meta=meta, review=candidate.record("accepted"))
+            if not readable(rationale):
+                # An override must say why the candidate is worse; one that cannot is not
+                # taken (a small model's overrides with "1.1.1," as their reason did worse
+                # than the candidates they replaced). The candidate runs, and the record says so.
+                return Suggestion(dict(candidate.params), "optuna", rationale=rationale,
+                                  meta=meta, review=candidate.record("refused", config))
             _check_new(config, space, history)
             return Suggestion(config, "llm", rationale=rationale, notes=_notes(answer.get("notes")),
                               meta=meta, review=candidate.record("override"))

@@ -56,8 +56,13 @@ class Candidate:
     sampler: str  # "TPE", "CMA-ES", ...
     state: tuple[str, ...] = ()  # what the sampler has learned, as lines
 
-    def record(self, verdict: str) -> dict[str, Any]:
-        return {"verdict": verdict, "sampler": self.sampler, "candidate": dict(self.params)}
+    def record(self, verdict: str, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """What is stored of a review: "accepted", "override", or "refused" (an override
+        without a reason in words, not taken; `override` is the config it wanted)."""
+        out = {"verdict": verdict, "sampler": self.sampler, "candidate": dict(self.params)}
+        if override is not None:
+            out["override"] = dict(override)
+        return out
 
 
 class Suggester(Protocol):

@@ -79,9 +79,9 @@ class TrialRecord:
         if self.llm is None or not (self.rationale or self.review):
             return None
         if self.review is not None:
-            what = (f"accepted {self.review.sampler}'s candidate" if
-                    self.review.verdict == "accepted" else
-                    f"overrode {self.review.sampler}'s candidate")
+            what = {"accepted": f"accepted {self.review.sampler}'s candidate",
+                    "refused": f"an override refused, {self.review.sampler}'s candidate ran",
+                    }.get(self.review.verdict, f"overrode {self.review.sampler}'s candidate")
         else:
             what = "proposed by the LLM"
         return f"{what} (no reason given in words)" if self.rationale else what

@@ -39,7 +39,7 @@ class LLMCall:
 class Review:
     """The `review` strategy's record: the sampler's candidate and the LLM's verdict on it."""
 
-    verdict: str  # "accepted" or "override"
+    verdict: str  # "accepted", "override", or "refused" (an override without a reason in words)
     sampler: str  # whose candidate: "TPE", "CMA-ES"...
     candidate: Mapping[str, Any] = field(default_factory=dict)
 

@@ -52,9 +52,11 @@ def why_line(record: TrialRecord) -> str | None:
     if record.llm is None or record.proposer == "fallback":  # an outage is said once, as a notice
         return None
     if record.review is not None:
-        what = (f"LLM accepted {record.review.sampler}'s candidate"
-                if record.review.verdict == "accepted" else
-                f"LLM overrode {record.review.sampler}'s candidate "
+        sampler, verdict = record.review.sampler, record.review.verdict
+        what = (f"LLM accepted {sampler}'s candidate" if verdict == "accepted" else
+                f"LLM tried to override {sampler}'s candidate with no reason in words: refused"
+                if verdict == "refused" else
+                f"LLM overrode {sampler}'s candidate "
                 f"({format_params(record.review.candidate, list(record.params), digits=3)})")
     else:
         what = "LLM proposed it"
@@ -94,7 +96,9 @@ def _llm_line(history: History) -> str | None:
     reviews = [t.review for t in asked if t.review]
     if reviews:
         over = sum(1 for r in reviews if r.verdict == "override")
-        line += f"; accepted {len(reviews) - over} candidates, overrode {over}"
+        refused = sum(1 for r in reviews if r.verdict == "refused")
+        line += (f"; accepted {len(reviews) - over - refused} candidates, overrode {over}"
+                 + (f", {refused} overrides refused (no reason in words)" if refused else ""))
     fell_back = sum(1 for t in history if t.proposer == "fallback")
     if fell_back:
         line += f"; {fell_back} fell back to the sampler (no valid answer)"
