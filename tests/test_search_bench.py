@@ -63,3 +63,31 @@ def test_random_search_scores_about_one(search):
         assert r.best_at(5) >= r.best_at(10)
         reach = results.trials_to_target(task, r, 10)
         assert reach is None or 1 <= reach <= 10
+
+
+def test_hpobench_tasks_look_up_the_published_tables_and_rank_the_strategies(search):
+    task = search.get_task("hpobench-credit_g")
+    # The known optimum is the table's best grid point; the default config is a grid point.
+    assert 0.0 < task.optimum <= task.fn(task.default) < 1.0
+    # Values off the grid snap to the nearest grid point on a log scale.
+    assert task.fn({**task.default, "learning_rate_init": 1.1e-3}) == task.fn(task.default)
+
+    def reply(request):
+        return json.dumps({"decision": "override",
+                           "config": {**task.default, "width": 645, "depth": 2},
+                           "rationale": "A wider, deeper net suits this tabular data better."})
+
+    with ScriptedLLMServer(reply) as server:
+        results = search.benchmark([task], ["random", "tpe", "review"], seeds=range(2), budget=6,
+                                   reference_repeats=3, log=lambda line: None,
+                                   llm=openai_model(server.base_url))
+    ranks = search.ranks(results, [task], ["random", "tpe", "review"], [6])
+    rows = {line.split("|")[1].strip(): float(line.split("|")[2]) for line in
+            ranks.splitlines()[2:]}
+    assert set(rows) == {"random", "tpe", "review"}
+    assert sum(rows.values()) == pytest.approx(1 + 2 + 3)  # ranks 1..3, ties sharing the mean
+    stats = search.review_stats(results)
+    assert "of its" in stats and "overrides taken" in stats
+    review = [r for r in results.runs if r.strategy == "review"]
+    # One override per run: its loss and the replaced candidate's are both looked up.
+    assert all(sum(v == "override" for v, _, _ in r.reviews) == 1 for r in review)

@@ -113,6 +113,8 @@ class TuneConfig(BaseModel):
     # A study is one experiment: opening it with another trainer, data, space or fixed setting
     # is refused unless this says the change is deliberate (it is recorded in the study).
     accept_changes: bool = False
+    # Experiment trackers for every trial: mlflow[:URI], wandb[:PROJECT], tensorboard:DIR
+    track: list[str] = Field(default_factory=list)
 
     @field_validator("strategy", "sampler", "pruner")
     @classmethod
@@ -138,7 +140,7 @@ class TuneConfig(BaseModel):
                              "http://127.0.0.1:8080/v1")
         return v
 
-    @field_validator("categorical", mode="before")
+    @field_validator("categorical", "track", mode="before")
     @classmethod
     def _split_commas(cls, v: Any) -> Any:
         return [c.strip() for c in v.split(",") if c.strip()] if isinstance(v, str) else v

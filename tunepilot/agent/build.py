@@ -61,6 +61,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     for key in ("storage", "llm_base_url"):  # no secret in the study
         if settings["config"].get(key):
             settings["config"][key] = redact(settings["config"][key])
+    settings["config"]["track"] = [redact(t) for t in cfg.track]
     storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
                            retry_stale=cfg.retry_interrupted)
     tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(), suggester=suggester,

@@ -83,6 +83,9 @@ def run(
     accept_changes: Annotated[bool | None, typer.Option(
         "--accept-changes", help="Resume a study with another trainer, data, space or fixed "
         "setting on purpose (recorded in the study)")] = None,
+    track: Annotated[list[str] | None, typer.Option(
+        help="Log every trial to an experiment tracker: mlflow (./mlruns), mlflow:URI, wandb "
+        "(offline without WANDB_API_KEY), wandb:PROJECT, tensorboard:DIR; repeatable")] = None,
     n_workers: Annotated[str, typer.Option(
         help="Worker processes on this machine, sharing the study (needs a PostgreSQL or MySQL "
         "storage); auto: one per GPU (or per --gpus-per-trial GPUs)")] = "1",
@@ -167,9 +170,11 @@ def _display(cfg: Any, console: Any, prefix: str = "") -> tuple[Any, Path]:
 
     # The display shows every trial, failures included; Optuna's own lines would repeat them.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    from tunepilot.ui.trackers import trackers
+
     log = Path(RUNS_DIR) / f"{cfg.study_name()}.log"
     shown = PlainDisplay(console, prefix) if prefix else console_display(console)
-    return Tee(shown, FileLog(log)), log
+    return Tee(shown, FileLog(log), *trackers(cfg.track, cfg.study_name())), log
 
 
 def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
