@@ -247,3 +247,42 @@ def test_a_precision_the_device_cannot_run_is_refused_before_the_first_trial(tmp
     assert not (tmp_path / "s.db").exists() or not optuna.load_study(
         study_name="lightning-synthetic-2000", storage="sqlite:///" + str(tmp_path / "s.db")
     ).trials
+
+
+def test_a_user_s_own_flax_train_step(storage):
+    import jax
+    from flax import nnx
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 4)).astype(np.float32)
+    y = x.sum(1)
+    calls = []
+
+    def mse(m, batch):
+        return ((m(batch["x"])[:, 0] - batch["y"]) ** 2).mean()
+
+    @nnx.jit
+    def clipped_step(model, optimizer, batch, clip):
+        loss, grads = nnx.value_and_grad(mse)(model, batch)
+        norm = jax.numpy.sqrt(sum((g ** 2).sum() for g in jax.tree.leaves(grads)))
+        grads = jax.tree.map(lambda g: g * jax.numpy.minimum(1.0, clip / (norm + 1e-9)), grads)
+        optimizer.update(model, grads)
+        return loss
+
+    def step(config):  # the user's step, with a tuned parameter of its own
+        def run(model, optimizer, batch):
+            calls.append(config["clip"])
+            return clipped_step(model, optimizer, batch, config["clip"])
+        return run
+
+    trainer = trainers.flax(lambda config, rngs: nnx.Linear(4, 1, rngs=rngs), mse,
+                            ({"x": x[:200], "y": y[:200]}, {"x": x[200:], "y": y[200:]}),
+                            step=step)
+    space = SearchSpace.of(lr=Float(1e-2, 0.1, log=True), clip=Float(0.1, 10.0, log=True),
+                           epochs=2, batch_size=50)
+    result = Tuner(trainer, space, storage=storage, study="step", pruner="none",
+                   display=None).run(n_trials=2)
+    assert result.n_finished == 2
+    # 4 batches x 2 epochs per trial, each through the user's step with its trial's clip.
+    assert calls == [t.params["clip"] for t in result.history for _ in range(8)]
+    assert all(len(t.curve) == 2 for t in result.history)  # validated by loss_fn each epoch

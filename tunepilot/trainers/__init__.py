@@ -88,7 +88,8 @@ def lightning(module_factory: Callable[[Mapping[str, Any]], Any],
 
 def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
          loss_fn: Callable[[Any, Any], Any], data: tuple[Any, Any], *,
-         optimizer: Callable[[Mapping[str, Any]], Any] | None = None) -> Trainer:
+         optimizer: Callable[[Mapping[str, Any]], Any] | None = None,
+         step: Callable[[Mapping[str, Any]], Any] | None = None) -> Trainer:
     """Tunes your own Flax NNX model with Optax Adam(W).
 
     `model_factory(config, rngs)` builds the model; `loss_fn(model, batch)` returns the mean
@@ -106,10 +107,14 @@ def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
 
     `optimizer(config)` gives your own Optax transformation instead of AdamW, e.g.
     ``lambda config: optax.sgd(config["lr"], momentum=config["momentum"])``.
+
+    `step(config)` gives your own train step, ``step(model, optimizer, batch) -> loss``
+    (gradient clipping, several losses, an EMA...); jit it yourself, once, outside `step`, so
+    trials reuse the compiled function. `loss_fn` still scores the validation data.
     """
     from tunepilot.trainers.flax_trainer import user_model
 
-    return user_model(model_factory, loss_fn, data, optimizer)
+    return user_model(model_factory, loss_fn, data, optimizer, step)
 
 
 def ctr_lightning(data: Any) -> Trainer:

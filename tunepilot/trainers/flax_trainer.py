@@ -43,11 +43,17 @@ train_step = nnx.jit(_train_step, static_argnums=0, donate_argnums=(1, 2))
 eval_step = nnx.jit(_eval_step, static_argnums=0)
 
 
+StepFn = Callable[[nnx.Module, nnx.Optimizer, Any], Any]
+
+
 def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, Any],
                optimizer: Callable[[Mapping[str, Any]], optax.GradientTransformation] | None
-               = None) -> Callable[[Mapping[str, Any], Report], TrainResult]:
+               = None, step: Callable[[Mapping[str, Any]], StepFn] | None = None,
+               ) -> Callable[[Mapping[str, Any], Report], TrainResult]:
     """A trainer for your own Flax model; see `tunepilot.trainers.flax`. `optimizer(config)`:
-    your own Optax transformation (default: AdamW with the config's lr and weight_decay)."""
+    your own Optax transformation (default: AdamW with the config's lr and weight_decay).
+    `step(config)`: your own train step, ``step(model, optimizer, batch) -> loss`` (jit it
+    yourself; default: one `nnx.value_and_grad` of `loss_fn` and an optimizer update)."""
     make_optimizer = optimizer  # the name `optimizer` is the nnx.Optimizer of a trial below
     train_data, val_data = data
     n_train, n_val = _length(train_data, "training"), _length(val_data, "validation")
@@ -60,6 +66,7 @@ def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, An
             learning_rate=float(config.get("lr", 1e-3)),
             weight_decay=float(config.get("weight_decay", 0.0)))
         optimizer = nnx.Optimizer(model, tx, wrt=nnx.Param)
+        own_step = step(config) if step is not None else None
         rng = np.random.default_rng(seed)
         curve: list[float] = []
         start, peak = time.perf_counter(), PeakMemory()
@@ -68,7 +75,10 @@ def user_model(model_factory: ModelFactory, loss_fn: LossFn, data: tuple[Any, An
             order = rng.permutation(n_train)
             for i in range(n_train // batch_size):
                 idx = order[i * batch_size:(i + 1) * batch_size]
-                train_step(loss_fn, model, optimizer, _take(train_data, idx))
+                if own_step is not None:
+                    own_step(model, optimizer, _take(train_data, idx))
+                else:
+                    train_step(loss_fn, model, optimizer, _take(train_data, idx))
             model.eval()
             total = 0.0
             for i in range(0, n_val, batch_size):
