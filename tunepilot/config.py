@@ -245,7 +245,8 @@ storage = "{DEFAULT_STORAGE}"  # or postgresql://USER@HOST/DB for several worker
 # Tuned parameters: float / int (low, high, optional log and step) or categorical (choices).
 lr = {{ type = "float", low = 1e-5, high = 1e-1, log = true }}
 batch_size = {{ type = "categorical", choices = {batch} }}
-precision = {{ type = "categorical", choices = ["32-true", "bf16-mixed"] }}  # + "16-mixed" on CUDA
+# bf16: GPUs and CPUs with AVX512-BF16 or AMX (emulated, slow, elsewhere); + "16-mixed" on CUDA
+precision = {{ type = "categorical", choices = ["32-true", "bf16-mixed"] }}
 dropout = {{ type = "float", low = 0.0, high = 0.5 }}
 # Fixed settings: a plain value. Every trial trains this many epochs.
 epochs = 3

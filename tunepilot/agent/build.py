@@ -52,7 +52,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     space = SearchSpace.of(epochs=cfg.epochs, seed=cfg.seed).merged(space)
     if cfg.trainer in trainers.BUILTIN:
         check_ctr_keys(set(space.params) | set(space.fixed))
-        _check_precisions(cfg.trainer, space)
+        _check_precisions(cfg.trainer, space, notes)
     suggester, llm_agent, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg,
                                                                                          notes))
     notes.append(strategy_note)
@@ -71,8 +71,9 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     return tuner, notes
 
 
-def _check_precisions(trainer: str, space: SearchSpace) -> None:
-    """A precision the device cannot run is refused before the first trial, not at it."""
+def _check_precisions(trainer: str, space: SearchSpace, notes: list[str]) -> None:
+    """A precision the device cannot run is refused before the first trial, not at it; one it
+    only emulates is said in `notes`."""
     from tunepilot import trainers
     from tunepilot.space import Categorical
 
@@ -81,6 +82,9 @@ def _check_precisions(trainer: str, space: SearchSpace) -> None:
         [space.fixed["precision"]] if "precision" in space.fixed else [])
     can = trainers.device_precisions(trainer)
     wrong = [p for p in asked if p not in can]
+    if "bf16-mixed" in asked and "bf16-mixed" not in trainers.default_precisions(trainer):
+        notes.append("precision bf16-mixed is emulated on this CPU (no AVX512-BF16 or AMX): "
+                     "its trials run several times slower than 32-true")
     if wrong:
         raise ConfigError(
             f"precision {', '.join(map(repr, wrong))} cannot run here with --trainer {trainer} "

@@ -60,16 +60,20 @@ class Reviewer:
 
 
 def check_time_share(history: History, max_share: float) -> None:
-    """Raises `SuggestionSkipped` when the study's time spent waiting for the LLM is already
-    `max_share` or more of its wall time (1.0: never)."""
+    """Raises `SuggestionSkipped` when one more LLM turn would take the study's time spent
+    waiting for the model past `max_share` of its wall time (1.0: never)."""
     if max_share >= 1.0:
         return
     waited, wall = history.llm_seconds(), history.wall_time_s()
-    if waited > 0 and wall > 0 and waited / wall >= max_share:
+    turns = [c.latency_s for c in history.llm_calls() if c.latency_s]
+    # The turn about to be taken counts too (as long as the turns so far, on average), so the
+    # share stays under its cap instead of passing it by one slow turn.
+    expected = sum(turns) / len(turns) if turns else 0.0
+    if waited > 0 and wall > 0 and (waited + expected) / (wall + expected) > max_share:
         raise SuggestionSkipped(
             f"the LLM's share of the search's time is {waited / wall:.0%} ({waited:.0f} s of "
-            f"{wall:.0f} s), at or past its cap of {max_share:.0%} (llm_time_share): the "
-            "sampler took this turn")
+            f"{wall:.0f} s); another turn would take it past its cap of {max_share:.0%} "
+            "(llm_time_share): the sampler took this turn")
 
 
 def paced(suggester: Suggester, max_share: float = LLM_TIME_SHARE) -> Suggester:

@@ -47,21 +47,20 @@ def why_line(record: TrialRecord) -> str | None:
     sampler's candidate, proposed, fell back, sat out) and its reason when it gave one in words."""
     from tunepilot.memory import readable
 
-    if record.llm_skipped:
-        return "the sampler took the LLM's turn: its share of the wall time is spent"
     if record.llm is None or record.proposer == "fallback":  # an outage is said once, as a notice
         return None
     if record.review is not None:
         sampler, verdict = record.review.sampler, record.review.verdict
+        if verdict == "refused":
+            return (f"LLM tried to override {sampler}'s candidate without a reason in words: "
+                    "refused, the candidate ran")
         what = (f"LLM accepted {sampler}'s candidate" if verdict == "accepted" else
-                f"LLM tried to override {sampler}'s candidate with no reason in words: refused"
-                if verdict == "refused" else
                 f"LLM overrode {sampler}'s candidate "
                 f"({format_params(record.review.candidate, list(record.params), digits=3)})")
     else:
         what = "LLM proposed it"
-    reason = record.rationale if readable(record.rationale) else "no reason given in words"
-    return f"{what}: {reason}"
+    # A rationale that is not a sentence is not shown here (the log keeps it as written).
+    return f"{what}: {record.rationale}" if readable(record.rationale) else what
 
 
 def summary_lines(result: TuneResult) -> list[str]:
@@ -97,7 +96,8 @@ def _llm_line(history: History) -> str | None:
     if reviews:
         over = sum(1 for r in reviews if r.verdict == "override")
         refused = sum(1 for r in reviews if r.verdict == "refused")
-        line += (f"; accepted {len(reviews) - over - refused} candidates, overrode {over}"
+        accepted = len(reviews) - over - refused
+        line += (f"; accepted {accepted} candidate{'s' if accepted != 1 else ''}, overrode {over}"
                  + (f", {refused} overrides refused (no reason in words)" if refused else ""))
     fell_back = sum(1 for t in history if t.proposer == "fallback")
     if fell_back:
@@ -138,6 +138,7 @@ class PlainDisplay(Observer):
 
         self.console = console or Console(highlight=False, soft_wrap=True)
         self.prefix = prefix  # e.g. "[w2] ": which worker printed the line
+        self._said_skip = False
         self._waiting_for: list[int] | None = None
 
     def start(self, study: str, n_trials: int, history: History) -> None:
@@ -149,9 +150,18 @@ class PlainDisplay(Observer):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         if record is not None:
             self.console.print(self.prefix + trial_line(record, history), markup=False)
-            why = why_line(record)
+            why = why_line(record) or self._skipped_once(record)
             if why:
                 self.console.print(f"{self.prefix}      {why[:160]}", markup=False)
+
+    def _skipped_once(self, record: TrialRecord) -> str | None:
+        """The first time the sampler takes the LLM's turn for its time share (the summary
+        counts them all; the log has each)."""
+        if not record.llm_skipped or self._said_skip:
+            return None
+        self._said_skip = True
+        return ("the sampler takes the LLM's turns while its share of the wall time is spent "
+                "(--llm-time-share); said once, counted in the summary")
 
     def notice(self, text: str) -> None:
         self.console.print(f"{self.prefix}! {text}", markup=False)
@@ -205,7 +215,7 @@ class LiveDisplay(PlainDisplay):
         self._current = ""
         if record is not None:
             self._live.console.print(trial_line(record, history), markup=False)
-            why = why_line(record)
+            why = why_line(record) or self._skipped_once(record)
             if why:
                 self._live.console.print(f"      {why[:160]}", markup=False)
         self._refresh()
@@ -250,6 +260,8 @@ class FileLog(Observer):
             self._write(f"    {what}")
         elif record.fallback_reason:
             self._write(f"    fell back to the sampler: {record.fallback_reason}")
+        elif record.llm_skipped:
+            self._write(f"    {record.llm_skipped}")
         # Everything a model wrote stays in the log, readable or not.
         if record.rationale:
             self._write(f"    rationale as written: {record.rationale}")
