@@ -75,6 +75,14 @@ def study_name(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 TOY_SPACE = '[space]\nx = { type = "float", low = -10.0, high = 10.0 }\n'
+# toy.py's `epochs` trainer: one report per epoch, minimum 0 at x = 2.
+TOY_EPOCHS = """
+def epochs(config, report):
+    loss = (config["x"] - 2.0) ** 2
+    for epoch in range(1, config["epochs"] + 1):
+        report(epoch, loss + 1.0 / epoch)
+    return loss
+"""
 
 
 def toy_workdir(path: Path, code: str, space: str = TOY_SPACE) -> Path:

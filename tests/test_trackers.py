@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_tune, toy_workdir
+from tests.conftest import TOY_EPOCHS, run_tune, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 
-TOY = """
-def epochs(config, report):
-    loss = (config["x"] - 2.0) ** 2
-    for epoch in range(1, config["epochs"] + 1):
-        report(epoch, loss + 1.0 / epoch)
-    return loss
-"""
+TOY = TOY_EPOCHS
 RATIONALE = "Try x near two, where the curve fell fastest so far."
 
 

@@ -15,20 +15,14 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
 
-from tests.conftest import ROOT, TUNE, quadratic, run_tune, server_url, toy_workdir
+from tests.conftest import ROOT, TOY_EPOCHS, TUNE, quadratic, run_tune, server_url, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 from tunepilot import Categorical, Float, SearchSpace, Suggestion, Tuner, trainers
 from tunepilot.agent.llm_suggester import LLMSuggester
 from tunepilot.memory import History, load_study
 
-TOY = """
+TOY = TOY_EPOCHS + """
 import ctypes, time
-
-def epochs(config, report):
-    loss = (config["x"] - 2.0) ** 2
-    for epoch in range(1, config["epochs"] + 1):
-        report(epoch, loss + 1.0 / epoch)
-    return loss
 
 def sleepy(config, report):
     time.sleep(1.0)
