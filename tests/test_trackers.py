@@ -5,12 +5,13 @@ trial and why."""
 from __future__ import annotations
 
 import json
+import shlex
 import struct
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import TOY_EPOCHS, run_tune, toy_workdir
+from tests.conftest import ROOT, TOY_EPOCHS, TOY_SPACE, run_tune, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 
 TOY = TOY_EPOCHS
@@ -125,3 +126,38 @@ def test_a_bad_track_spec_is_refused_before_any_trial(tmp_path):
     assert "--track 'comet': expected mlflow[:URI], wandb[:PROJECT] or tensorboard:DIR" in \
         proc.stderr
     assert not (workdir / "s.db").exists() or "trial" not in proc.stdout
+
+
+README_LINES = [
+    "tune run --config tune.toml --track mlflow",
+    "tune run --config tune.toml --track mlflow:sqlite:///runs.db",
+    "tune run --config tune.toml --track wandb",
+    "tune run --config tune.toml --track tensorboard:runs",
+]
+
+
+def test_the_readme_track_commands_verbatim(tmp_path, monkeypatch):
+    """Each README line in a folder of its own (a fresh study), as a person would try them."""
+    from mlflow import MlflowClient
+
+    readme = (ROOT / "README.md").read_text()
+    for name in ("WANDB_API_KEY", "WANDB_MODE"):  # no account: W&B's offline mode
+        monkeypatch.delenv(name, raising=False)
+    env = {"WANDB_SILENT": "true"}
+    folders = []
+    for i, line in enumerate(README_LINES):
+        assert line in readme, line
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        (folder / "toy.py").write_text(TOY)
+        (folder / "tune.toml").write_text('trainer = "toy:epochs"\nllm = "none"\nn_trials = 2\n'
+                                          'epochs = 2\npruner = "none"\n' + TOY_SPACE)
+        done = run_tune(*shlex.split(line)[1:], cwd=folder, env=env, timeout=300)
+        assert done.returncode == 0, line + "\n" + done.stdout + done.stderr
+        folders.append(folder)
+    for folder, db in ((folders[0], "mlflow.db"), (folders[1], "runs.db")):
+        client = MlflowClient(tracking_uri=f"sqlite:///{folder / db}")
+        experiment = client.get_experiment_by_name("toy-epochs")
+        assert len(client.search_runs([experiment.experiment_id])) == 2, db
+    assert len(list((folders[2] / "wandb").glob("offline-run-*/run-*.wandb"))) == 2
+    assert len(list((folders[3] / "runs" / "toy-epochs").glob("trial-*"))) == 2
