@@ -88,8 +88,8 @@ class TuneConfig(BaseModel):
     llm_attempts: int = Field(3, ge=1)  # answers per trial before the fallback sampler takes it
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
     # Past this share of the search's wall time spent waiting for the LLM, the sampler takes the
-    # LLM's turns (1.0: no cap). A CPU-bound model's turn can cost ten times a small trial.
-    llm_time_share: float = Field(0.2, gt=0.0, le=1.0)
+    # LLM's turns (1.0: no cap). Default: 0.2, and 0.05 for the embedded model (see strategies).
+    llm_time_share: float | None = Field(None, gt=0.0, le=1.0)
     # `review`: the most trials (a share) on which the LLM may override the sampler's candidate
     max_override_share: float = Field(0.3, ge=0.0, le=1.0)
     task: str | None = None  # what is being trained, in words, for the LLM's prompt

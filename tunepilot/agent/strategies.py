@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunepilot.agent.review import LLM_TIME_SHARE, OVERRIDE_SHARE, Reviewer, paced
+from tunepilot.agent.review import (
+    EMBEDDED_TIME_SHARE,
+    LLM_TIME_SHARE,
+    OVERRIDE_SHARE,
+    Reviewer,
+    paced,
+)
 from tunepilot.agent.suggest import Suggester
 from tunepilot.config import STRATEGIES
 from tunepilot.errors import ConfigError, one_of
@@ -25,7 +31,7 @@ from tunepilot.memory import redact
 
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
           target: float | None = None, attempts: int = 3,
-          optuna_line: str = "tpe sampler", llm_time_share: float = LLM_TIME_SHARE,
+          optuna_line: str = "tpe sampler", llm_time_share: float | None = None,
           max_override_share: float = OVERRIDE_SHARE) -> tuple[Suggester | None, Any, str]:
     """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
     suggester inside it (None without a model), and a line saying what was chosen and why.
@@ -62,6 +68,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
     # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
     small = choice.name == "local"
+    if llm_time_share is None:
+        llm_time_share = EMBEDDED_TIME_SHARE if small else LLM_TIME_SHARE
     llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
                                  n_trials=n_trials, target=target, prices=settings.prices,
                                  attempts=min(attempts, 2) if small else attempts,

@@ -52,7 +52,7 @@ class Tuner:
         llm: str | Any | None = None,
         strategy: str = "auto",
         task: str | None = None,
-        llm_time_share: float = 0.2,
+        llm_time_share: float | None = None,
         max_override_share: float = 0.3,
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
         study: str = "tunepilot",
@@ -75,7 +75,8 @@ class Tuner:
             strategy: with an LLM, "review" (Optuna proposes, the LLM reviews each candidate
                 and overrides at most `max_override_share` of them; "auto" means this),
                 "hybrid" (they take turns) or "llm" (the LLM proposes every trial). Past
-                `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its turn.
+                `llm_time_share` of the wall time spent waiting for the LLM (default 0.2; 0.05
+                for the embedded model), Optuna takes its turn.
             task: one or two sentences for the LLM about what is trained.
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
