@@ -71,8 +71,9 @@ def fill(study: optuna.Study, n: int) -> None:
 def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # A new config each time: a repeat would be refused and measure the fallback path instead.
-    answers = [json.dumps({"config": {"lr": 1e-4 * (1 + i / 50), "batch_size": 512,
-                                      "precision": "32-true", "dropout": 0.137},
+    # (dropout 0.01 apart: 2% of its range, past the 1% within which two configs are one.)
+    answers = [json.dumps({"config": {"lr": 1e-4, "batch_size": 512,
+                                      "precision": "32-true", "dropout": 0.01 * i},
                            "rationale": "near the best"}) for i in range(50)]
     llm = LLMSuggester(FakeListChatModel(responses=answers), model_name="fake", task=(
         "Train a click-through-rate model with PyTorch Lightning on synthetic data"),
@@ -113,7 +114,8 @@ def main() -> None:
                 for name, p in SPACE.params.items():  # records written to the storage
                     p.suggest(trial, name)
                 totals.append(time.perf_counter() - t0)
-                assert study._storage.get_trial_user_attrs(trial._trial_id)["proposer"] == "llm"
+                attrs = study._storage.get_trial_user_attrs(trial._trial_id)
+                assert attrs["proposer"] == "llm", attrs
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             print(f"{n:>7} {len(prompt):>13,} {n_tokens:>14,} "
                   f"{1e3 * statistics.median(agent_times):>9.1f} "

@@ -96,10 +96,12 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
 def test_tune_through_llama_cpp_openai_server(tmp_path, llama_server):
     # The real openai client and langchain against llama.cpp's server, which refuses
     # response_format json_schema: the suggester must move to another structured-output method.
+    # Its turns take longer than these 1-epoch trials: the cap on the LLM's share of the wall
+    # time is lifted, so that every trial asks the server.
     proc = run_tune("run", "--llm", "openai:smollm2", "--llm-base-url", llama_server,
                     "--strategy", "llm", "--data", "synthetic:4000", "--epochs", "1",
                     "--n-trials", "3", "--trainer", "jax", "--storage", "sqlite:///s.db",
-                    cwd=tmp_path)
+                    "--llm-time-share", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     check_llm_trials(f"sqlite:///{tmp_path / 's.db'}", 3)
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
