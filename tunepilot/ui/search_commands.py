@@ -84,8 +84,9 @@ def run(
         "--accept-changes", help="Resume a study with another trainer, data, space or fixed "
         "setting on purpose (recorded in the study)")] = None,
     track: Annotated[list[str] | None, typer.Option(
-        metavar="SPEC", help="Log every trial to an experiment tracker: mlflow (./mlruns), mlflow:URI, wandb "
-        "(offline without WANDB_API_KEY), wandb:PROJECT, tensorboard:DIR; repeatable")] = None,
+        metavar="SPEC", help="Log every trial to an experiment tracker: mlflow (a local "
+        "sqlite:///mlflow.db), mlflow:URI, wandb (offline without WANDB_API_KEY), "
+        "wandb:PROJECT, tensorboard:DIR; repeatable")] = None,
     n_workers: Annotated[str, typer.Option(
         help="Worker processes on this machine, sharing the study (needs a PostgreSQL or MySQL "
         "storage); auto: one per GPU (or per --gpus-per-trial GPUs)")] = "1",
