@@ -13,7 +13,6 @@ latency is excluded.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 import sys
@@ -87,10 +86,9 @@ def main() -> None:
             history = History.from_study(study)
             _IMPORTANCE.clear()  # a cold computation: what a trial pays when importance is due
             t0 = time.perf_counter()
-            found = insights(history, SPACE, study)
+            insights(history, SPACE, study)
             cold = time.perf_counter() - t0
-            history = dataclasses.replace(history, insights=found)
-            prompt = llm.prompt(SPACE, history)
+            prompt = llm.prompt(SPACE, history)  # the study's insights included
             n_tokens, how = tokens(prompt)
             sampler = AgentSampler(SPACE, llm, optuna_sampler("tpe", 0))
             agent_times: list[float] = []

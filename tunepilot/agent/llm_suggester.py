@@ -167,7 +167,7 @@ class LLMSuggester:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
         params = list(space.params)
         warm = history.warm_start
-        found = history.insights or insights(history, space)
+        found = insights(history, space, history.study)
         return render(
             "trial.j2",
             task=self.task,

@@ -15,9 +15,19 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
 
+def sampler_name(sampler: Any) -> str:
+    from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
+
+    for kind, name in ((TPESampler, "TPE"), (CmaEsSampler, "CMA-ES"),
+                       (RandomSampler, "random search")):
+        if isinstance(sampler, kind):
+            return name
+    return type(sampler).__name__
+
+
 def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
-                     search_space: Mapping[str, BaseDistribution]) -> tuple[str, list[str]]:
-    """The sampler's name and what it has learned, in a few lines for the prompt."""
+                     search_space: Mapping[str, BaseDistribution]) -> list[str]:
+    """What the sampler has learned, in a few lines for the prompt."""
     from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
     from optuna.trial import TrialState
 
@@ -26,20 +36,20 @@ def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
     if isinstance(sampler, TPESampler):
         startup = getattr(sampler, "_n_startup_trials", 10)
         if n < startup:
-            return "TPE", [f"TPE samples at random until {startup} trials are complete "
+            return [f"TPE samples at random until {startup} trials are complete "
                            f"({n} are): this candidate is a random draw"]
         from optuna.samplers._tpe.sampler import default_gamma
 
         good = sorted(complete, key=lambda t: float(t.value or 0.0))[:default_gamma(n)]
-        return "TPE", [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
+        return [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
                        "complete trials, which spans: " + _spans(good, space)]
     if isinstance(sampler, CmaEsSampler):
         state = _cma_state(sampler, complete, search_space)
-        return "CMA-ES", [state] if state else [
+        return [state] if state else [
             f"CMA-ES has not started its search distribution yet ({n} trials complete)"]
     if isinstance(sampler, RandomSampler):
-        return "random search", ["random search has no model: every candidate is a random draw"]
-    return type(sampler).__name__, []
+        return ["random search has no model: every candidate is a random draw"]
+    return []
 
 
 def _spans(trials: list[Any], space: SearchSpace) -> str:

@@ -15,7 +15,7 @@ through the study's storage alone.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -50,11 +50,16 @@ class Suggestion:
 
 @dataclass(frozen=True)
 class Candidate:
-    """The sampler's proposal for a trial, shown to a reviewing model with the sampler's state."""
+    """The sampler's proposal for a trial, shown to a reviewing model with the sampler's state.
+    The state is read on first use: a turn on which the model is not asked costs nothing."""
 
     params: Mapping[str, Any]
     sampler: str  # "TPE", "CMA-ES", ...
-    state: tuple[str, ...] = ()  # what the sampler has learned, as lines
+    describe: Callable[[], Sequence[str]] = tuple  # what the sampler has learned, as lines
+
+    @functools.cached_property
+    def state(self) -> tuple[str, ...]:
+        return tuple(self.describe())
 
     def record(self, verdict: str, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What is stored of a review: "accepted", "override", or "refused" (an override
@@ -174,26 +179,24 @@ class AgentSampler(BaseSampler):
                    search_space: dict[str, BaseDistribution]) -> Candidate:
         """The fallback sampler's whole config for `trial`, drawn as it would draw it alone
         (its joint sample, then each other parameter in the space's order), and its state."""
-        from tunepilot.agent.sampler_state import describe_sampler
+        from tunepilot.agent.sampler_state import describe_sampler, sampler_name
 
         params = dict(self.fallback.sample_relative(study, trial, search_space))
         for name, dist in self.space.distributions().items():
             if name not in params:
                 params[name] = self.fallback.sample_independent(study, trial, name, dist)
-        name, state = describe_sampler(self.fallback, study, self.space, search_space)
-        return Candidate(params, name, tuple(state))
+        sampler = self.fallback
+        return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
+            sampler, study, self.space, search_space))
 
     def _propose(self, study: optuna.Study, trial: FrozenTrial,
                  candidate: Candidate | None = None) -> dict[str, Any] | None:
         """The config for `trial`, recorded: the suggester's, or (reviewing) the candidate it
         accepted; None when the fallback sampler takes the trial."""
-        from tunepilot.memory.insights import insights
-
         storage = study._storage
         taken = dict(candidate.params) if candidate is not None else None
         # The trial being proposed is RUNNING with no params yet: leave it out.
         history = History.from_study(study, exclude=trial.number)
-        history = dataclasses.replace(history, insights=insights(history, self.space, study))
         for _ in range(_CLASH_ATTEMPTS):
             try:
                 if candidate is not None:

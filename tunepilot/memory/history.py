@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import optuna
     from optuna.trial import FrozenTrial
 
-    from tunepilot.memory.insights import Insights
     from tunepilot.space import SearchSpace
 
 
@@ -161,7 +160,9 @@ class History(Sequence[TrialRecord]):
     last_stop: str | None = None  # why the last run ended
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
-    insights: Insights | None = None  # what the whole history says, where a sampler added it
+    # The Optuna study it was read from (None when built by hand): for analyses that need it,
+    # such as Optuna's importance evaluators.
+    study: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
@@ -182,7 +183,7 @@ class History(Sequence[TrialRecord]):
                    warm_start=user_attrs.get(attrs.WARM_START) or {},
                    stop=user_attrs.get(attrs.STOP), last_stop=user_attrs.get(attrs.LAST_STOP),
                    settings=migrate(user_attrs.get(attrs.SETTINGS)),
-                   changes=tuple(user_attrs.get(attrs.CHANGES) or ()))
+                   changes=tuple(user_attrs.get(attrs.CHANGES) or ()), study=study)
 
     @staticmethod
     def proposer_of(storage: Any, trial_id: int) -> str | None:
