@@ -68,10 +68,12 @@ def test_suggestion_carries_the_llm_rationale(storage):
 
 
 def test_a_hint_reaches_the_next_prompt(storage):
+    # The trials take no time, so the default cap on the LLM's share of wall time could give the
+    # second turn to the sampler on a slow machine (it did on CI): lifted, to test the hint.
     with ScriptedLLMServer(lambda r: answer(1.0 + len(server.requests))) as server:
         tuner = Tuner(trainers.callable(lambda c, r: (c["x"] - 2) ** 2), SPACE,
                       llm=openai_model(server.base_url), strategy="llm", storage=storage,
-                      study="hinted", display=None)
+                      study="hinted", display=None, llm_time_share=1.0)
         tuner.run(n_trials=1)
         tuner.hint("smaller learning rates diverge less; try bf16")
         tuner.run(n_trials=2)
