@@ -35,3 +35,24 @@ class Regression(pl.LightningModule):
 
     def val_dataloader(self):
         return DataLoader(TensorDataset(X[200:], Y[200:]), batch_size=56)
+
+
+class MarkRanks(pl.Callback):
+    """A user's callback for a trial over several processes: each rank leaves a file saying who
+    it was and how many optimizer steps it took (the parent cannot see the ranks' objects)."""
+
+    def __init__(self, folder):
+        self.folder = folder
+
+    def on_train_end(self, trainer, module):
+        name = f"rank{trainer.global_rank}-of-{trainer.world_size}"
+        (self.folder / name).write_text(str(trainer.global_step))
+
+
+class OutOfMemoryOnRank1(Regression):
+    """Runs out of device memory on rank 1 only, as a CUDA card would (torch's own class)."""
+
+    def training_step(self, batch, i):
+        if self.global_rank == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB")
+        return self.step(batch)

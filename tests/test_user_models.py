@@ -313,3 +313,68 @@ def test_cpu_bf16_is_read_from_the_cpu_flags(tmp_path):
     assert trainers.cpu_bf16_native(amd) is False
     assert trainers.cpu_bf16_native(sapphire) is True
     assert trainers.cpu_bf16_native(tmp_path / "missing") is True  # not Linux: assumed
+
+
+DDP_ON_CPU = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}
+
+
+def test_a_trial_over_two_processes_with_ddp_reports_once_per_epoch(storage, tmp_path):
+    """`devices=2, strategy="ddp"` on the CPU: two ranks, each on half the data; rank 0's loss
+    reaches the study once per epoch, and the user's callback ran on both ranks."""
+    from tests.lightning_toy import MarkRanks, Regression
+
+    trainer = trainers.lightning(lambda config: Regression(config["lr"]),
+                                 trainer_kwargs=DDP_ON_CPU, callbacks=[MarkRanks(tmp_path)])
+    tuner = Tuner(trainer, SearchSpace.of(lr=Float(1e-3, 0.1, log=True), epochs=3),
+                  storage=storage, study="ddp", pruner="none", display=None)
+    result = tuner.run(n_trials=1)
+    trial = result.history[0]
+    assert trial.state == "complete" and len(trial.curve) == 3
+    assert sorted(tuner.study.trials[0].intermediate_values) == [1, 2, 3]
+    # 200 rows in batches of 50, split over 2 ranks: 2 steps per epoch on each, 6 in all.
+    marks = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
+    assert marks == {"rank0-of-2": "6", "rank1-of-2": "6"}
+    assert trial.train.device == "torch:cpu (2 ranks)" and trial.train.peak_memory_mb > 0
+
+
+def test_a_ddp_trial_is_pruned_once_on_every_rank(storage, tmp_path):
+    from tests.lightning_toy import MarkRanks, Regression
+
+    trainer = trainers.lightning(lambda config: Regression(config["lr"]),
+                                 trainer_kwargs=DDP_ON_CPU, callbacks=[MarkRanks(tmp_path)])
+    tuner = Tuner(trainer, SearchSpace.of(lr=Float(1e-3, 0.1, log=True), epochs=5),
+                  storage=storage, study="ddp-pruned", display=None,
+                  pruner=optuna.pruners.ThresholdPruner(upper=1e-9))  # prunes at epoch 1
+    result = tuner.run(n_trials=1)
+    assert result.history[0].state == "pruned"
+    assert list(tuner.study.trials[0].intermediate_values) == [1]
+    # Both ranks stopped after the first epoch (2 steps), none waited for the other.
+    assert {p.name: p.read_text() for p in tmp_path.glob("rank*")} == {
+        "rank0-of-2": "2", "rank1-of-2": "2"}
+
+
+def test_out_of_memory_on_one_rank_fails_the_trial_as_oom_and_the_search_goes_on(storage):
+    from tests.lightning_toy import OutOfMemoryOnRank1
+
+    trainer = trainers.lightning(lambda config: OutOfMemoryOnRank1(config["lr"]),
+                                 trainer_kwargs=DDP_ON_CPU)
+    tuner = Tuner(trainer, SearchSpace.of(lr=Float(1e-3, 0.1, log=True), epochs=2),
+                  storage=storage, study="ddp-oom", pruner="none", display=None)
+    result = tuner.run(n_trials=2)
+    assert [t.state for t in result.history] == ["fail", "fail"]
+    error = result.history[0].error
+    assert error["kind"] == "oom" and "rank 1" in error["message"]
+    assert "OutOfMemoryError" in error["message"]
+
+
+def test_a_ddp_module_that_does_not_pickle_is_refused_with_the_fix(storage):
+    from tests.lightning_toy import Regression
+
+    class Local(Regression):  # defined in a function: a rank cannot import it
+        pass
+
+    trainer = trainers.lightning(lambda config: Local(config["lr"]), trainer_kwargs=DDP_ON_CPU)
+    tuner = Tuner(trainer, SearchSpace.of(lr=Float(1e-3, 0.1, log=True), epochs=1),
+                  storage=storage, study="ddp-local", pruner="none", display=None)
+    with pytest.raises(ConfigError, match="must pickle.*in a module"):
+        tuner.run(n_trials=1)

@@ -45,6 +45,36 @@ class Diverged(TrialFailed):
         self.value = value
 
 
+class TrialCrashed(TrialFailed):
+    """The trial's process (or one of its ranks) died: a signal (SIGSEGV, SIGKILL from the
+    out-of-memory killer) or an exit without a result."""
+
+    def __init__(self, message: str, kind: str = "crashed"):
+        super().__init__(message)
+        self.kind = kind
+
+    @classmethod
+    def of_exit(cls, exitcode: int | None, who: str = "the trial's process") -> TrialCrashed:
+        """What a child process's exit code says about how it ended."""
+        import signal
+
+        if exitcode is not None and exitcode < 0:
+            name = signal.Signals(-exitcode).name
+            if -exitcode == signal.SIGKILL:
+                return cls(f"{who} was killed ({name}), most likely by the out-of-memory killer",
+                           kind="oom")
+            return cls(f"{who} died with {name}")
+        return cls(f"{who} exited with code {exitcode} before reporting")
+
+
+class ChildError(TrialFailed):
+    """An exception inside a trial's child process, carried back as kind + message."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so the running trial is failed cleanly and the run ends."""
 

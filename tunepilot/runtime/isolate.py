@@ -18,29 +18,13 @@ from typing import Any
 
 import optuna
 
-from tunepilot.errors import TrialFailed, describe
+from tunepilot.errors import ChildError, TrialCrashed, TrialFailed, describe
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import Report, Trainer, TrainResult
 
 
-class TrialCrashed(TrialFailed):
-    """The trial's process died: a signal (SIGSEGV, SIGKILL from the OOM killer) or an exit."""
-
-    def __init__(self, message: str, kind: str = "crashed"):
-        super().__init__(message)
-        self.kind = kind
-
-
 class TrialTimeout(TrialFailed):
     kind = "timeout"
-
-
-class ChildError(TrialFailed):
-    """An exception inside the trial's process, carried back as kind + message."""
-
-    def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
 
 
 class Isolated:
@@ -60,8 +44,10 @@ class Isolated:
 
     def __call__(self, config: Mapping[str, Any], report: Report) -> TrainResult:
         parent, child = self._context.Pipe()
+        # Not a daemon: a trial may start processes of its own (DataLoader workers, DDP ranks);
+        # the `finally` below kills it however the trial ends.
         process = self._context.Process(target=_child, args=(self.build, dict(config), child),
-                                        daemon=True)
+                                        daemon=False)
         process.start()
         child.close()
         deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
@@ -73,13 +59,13 @@ class Isolated:
                 interrupts.check()
                 if not parent.poll(0.2):
                     if not process.is_alive() and not parent.poll(0):
-                        raise _death(process.exitcode)
+                        raise TrialCrashed.of_exit(process.exitcode)
                     continue
                 try:
                     kind, payload = parent.recv()
                 except EOFError:
                     process.join(5)
-                    raise _death(process.exitcode) from None
+                    raise TrialCrashed.of_exit(process.exitcode) from None
                 if kind == "epoch":
                     try:
                         report(*payload)
@@ -98,16 +84,6 @@ class Isolated:
                 process.kill()
             process.join(10)
             parent.close()
-
-
-def _death(exitcode: int | None) -> TrialCrashed:
-    if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name
-        if -exitcode == signal.SIGKILL:
-            return TrialCrashed(f"the trial's process was killed ({name}), most likely by the "
-                                "out-of-memory killer", kind="oom")
-        return TrialCrashed(f"the trial's process died with {name}")
-    return TrialCrashed(f"the trial's process exited with code {exitcode} before reporting")
 
 
 class _Stop(Exception):

@@ -7,12 +7,10 @@ tunepilot imports this module only when a Lightning trial is about to run.
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -24,8 +22,13 @@ from tunepilot.errors import ConfigError, Diverged
 from tunepilot.trainers.base import PeakMemory, Report, TrainResult
 from tunepilot.trainers.ctr_config import EXPLODED, CTRConfig, parse_config
 from tunepilot.trainers.data.ctr import CTRData, Split
-
-ValLoss = Callable[[pl.Trainer, pl.LightningModule], float]
+from tunepilot.trainers.lightning_ranks import (
+    Epochs,
+    ReportEpochs,
+    ValLoss,
+    fit_ranks,
+    quiet_lightning,
+)
 
 
 class CTRNet(nn.Module):
@@ -127,56 +130,12 @@ class Batches:
                 yield tuple(t[idx] for t in self.tensors)
 
 
-class _ReportEpochs(pl.Callback):
-    """Hands each epoch's validation loss to `report`; stops the fit on pruning or divergence."""
-
-    def __init__(self, report: Report, val_loss: ValLoss, explode_at: float):
-        self.report = report
-        self.val_loss = val_loss
-        self.explode_at = explode_at
-        self.curve: list[float] = []
-        self.stopped: Exception | None = None
-        self.train_time = 0.0
-        self._t0 = 0.0
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        self._t0 = time.perf_counter()
-
-    def on_validation_epoch_start(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        # Lightning validates inside the training epoch; count training steps only.
-        if not trainer.sanity_checking:
-            self.train_time += time.perf_counter() - self._t0
-
-    def on_validation_end(self, trainer: pl.Trainer, module: pl.LightningModule) -> None:
-        # on_validation_end, not ..._epoch_end: only now are logged epoch metrics aggregated.
-        if trainer.sanity_checking:
-            return
-        try:
-            loss = float(self.val_loss(trainer, module))
-            self.curve.append(loss)
-            epoch = len(self.curve)
-            if loss > self.explode_at:
-                raise Diverged(epoch, loss, f", over {self.explode_at:.3g} ({EXPLODED} x the "
-                               "base rate's): the training blew up")
-            self.report(epoch, loss)
-        except Exception as e:  # TrialPruned, Diverged: let Lightning wind down first
-            self.stopped = e
-            trainer.should_stop = True
-
-
-def quiet_lightning() -> None:
-    """Silences Lightning's per-fit banners and hints; a search runs hundreds of fits."""
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    warnings.filterwarnings("ignore", module=r"lightning(\.|$)")
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-
-
 class Fit(NamedTuple):
     curve: tuple[float, ...]
     train_time_s: float
     wall_time_s: float
     device: str
+    rank0_peak_mb: float | None = None  # a fit over several ranks: rank 0's process's peak
 
 
 def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: str,
@@ -195,7 +154,6 @@ def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: s
             "'32-true' on the CPU (remove '16-mixed' from the precision choices)."
         )
     quiet_lightning()
-    callback = _ReportEpochs(report, val_loss, explode_at)
     settings: dict[str, Any] = {
         "max_epochs": epochs,
         "accelerator": "auto",  # the GPU when there is one
@@ -208,22 +166,43 @@ def fit(module: pl.LightningModule, report: Report, *, epochs: int, precision: s
         "num_sanity_val_steps": 0,
         **(trainer_kwargs or {}),
     }
-    own = settings.pop("callbacks", None) or []
-    settings["callbacks"] = [*own, *callbacks, callback]  # theirs, and ours beside them
-    trainer = pl.Trainer(**settings)
+    own = list(settings.pop("callbacks", None) or [])
+    epochs_seen = Epochs(report, explode_at)
+    callback = ReportEpochs(val_loss, epochs_seen.go_on)
+    trainer = pl.Trainer(**settings, callbacks=[*own, *callbacks, callback])  # ours beside theirs
     start = time.perf_counter()
-    with _ctrl_c_raises(trainer):
-        trainer.fit(module, **fit_args)
+    if launches_ranks(trainer):
+        train_time, device, peak_mb = fit_ranks(
+            trainer.world_size, module, settings, [*own, *callbacks], val_loss, epochs_seen,
+            fit_args)
+    else:
+        with _ctrl_c_raises(trainer):
+            trainer.fit(module, **fit_args)
+        if callback.error is not None:
+            raise callback.error
+        train_time, device = callback.train_time, f"torch:{trainer.strategy.root_device}"
+        peak_mb = None
     wall = time.perf_counter() - start
-    if callback.stopped is not None:
-        raise callback.stopped
-    if not callback.curve:
+    if epochs_seen.stopped is not None:
+        raise epochs_seen.stopped
+    if not epochs_seen.curve:
         raise ConfigError("Lightning finished without a validation epoch; give the module (or "
                           "data module) a val_dataloader.")
-    curve = tuple(callback.curve)
+    curve = tuple(epochs_seen.curve)
     if not all(math.isfinite(v) for v in curve):
         raise Diverged(len(curve), curve[-1])
-    return Fit(curve, callback.train_time, wall, f"torch:{trainer.strategy.root_device}")
+    return Fit(curve, train_time, wall, device, peak_mb)
+
+
+def launches_ranks(trainer: pl.Trainer) -> bool:
+    """Whether `fit` would start processes for several ranks (DDP, FSDP... over 2+ devices on
+    this machine). Lightning would start them by running the script again (`ddp`: a second
+    search) or by pickling the trainer (`ddp_spawn`: tunepilot's callback and its study with
+    it); `lightning_ranks` starts them instead. Under torchrun or SLURM the ranks already exist
+    and Lightning's own path runs."""
+    strategy = trainer.strategy
+    return (trainer.world_size > 1 and getattr(strategy, "launcher", None) is not None
+            and not strategy.cluster_environment.creates_processes_externally)
 
 
 def train_ctr(config: Mapping[str, Any], report: Report, *, data: CTRData) -> TrainResult:
@@ -269,28 +248,33 @@ def user_module(module_factory: Callable[[Mapping[str, Any]], pl.LightningModule
         extra = callbacks(config) if callable(callbacks) else callbacks
         result = fit(module, report, epochs=int(config.get("epochs", 1)),
                      precision=str(config.get("precision", "32-true")),
-                     val_loss=_logged(monitor), trainer_kwargs=kwargs,
+                     val_loss=_Logged(monitor), trainer_kwargs=kwargs,
                      callbacks=list(extra or ()), **fit_args)
         return TrainResult(min(result.curve), result.curve, result.wall_time_s,
-                           peak_memory_mb=peak.mb(), extra={"device": result.device})
+                           peak_memory_mb=result.rank0_peak_mb or peak.mb(),
+                           extra={"device": result.device})
 
     train.__name__ = getattr(module_factory, "__name__", "lightning")
     return train
 
 
-def _logged(monitor: str) -> ValLoss:
-    def read(trainer: pl.Trainer, module: pl.LightningModule) -> float:
-        value = trainer.callback_metrics.get(monitor)
+class _Logged:
+    """Reads the metric the module logged (a class, not a closure: ranks in other processes
+    receive it pickled)."""
+
+    def __init__(self, monitor: str):
+        self.monitor = monitor
+
+    def __call__(self, trainer: pl.Trainer, module: pl.LightningModule) -> float:
+        value = trainer.callback_metrics.get(self.monitor)
         if value is None:
             logged = sorted(trainer.callback_metrics) or ["nothing"]
             raise ConfigError(
-                f"The LightningModule logged no {monitor!r} after validation (it logged "
-                f"{', '.join(logged)}). Call self.log({monitor!r}, loss) in validation_step, or "
-                "pass monitor= with the name you log."
+                f"The LightningModule logged no {self.monitor!r} after validation (it logged "
+                f"{', '.join(logged)}). Call self.log({self.monitor!r}, loss) in "
+                "validation_step, or pass monitor= with the name you log."
             )
         return float(value)
-
-    return read
 
 
 @contextlib.contextmanager
