@@ -7,6 +7,7 @@ a toy that sleeps, so several run at the same time on two cores.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -287,3 +288,96 @@ def test_which_gpus_workers_may_use(monkeypatch):
     monkeypatch.setenv("TUNEPILOT_GPUS", "")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # one device id, not a count
     assert gpus() == ["2"]
+
+
+def readme_worker_commands() -> list[str]:
+    """The README's "Several workers, one study" commands, continuation lines joined."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("### Several workers, one study", 1)[1].split("```bash\n", 1)[1]
+    block = block.split("```", 1)[0].replace("\\\n", " ")
+    return [" ".join(line.split()) for line in block.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+# What the README's placeholders stand for on this machine. The database is `tune`, as the
+# README names it; MariaDB's root has no password, PostgreSQL's trust auth ignores one.
+PLACEHOLDERS = {
+    "postgresql": {"USER:PASSWORD": "postgres:anything", "USER": "postgres",
+                   "DBHOST": "127.0.0.1"},
+    "mysql": {"postgresql://USER:PASSWORD@DBHOST:5432": "mysql+pymysql://root@127.0.0.1:3306",
+              "postgresql://USER@DBHOST:5432": "mysql+pymysql://root@127.0.0.1:3306"},
+}
+
+
+def tune_database(kind: str) -> str:
+    """The server's database `tune`, made if missing."""
+    import sqlalchemy
+
+    base = server_url(kind)
+    engine = sqlalchemy.create_engine(base, isolation_level="AUTOCOMMIT")
+    with engine.connect() as db:
+        if kind == "postgresql":
+            if not db.execute(sqlalchemy.text(
+                    "SELECT 1 FROM pg_database WHERE datname = 'tune'")).first():
+                db.execute(sqlalchemy.text("CREATE DATABASE tune"))
+        else:
+            db.execute(sqlalchemy.text("CREATE DATABASE IF NOT EXISTS tune"))
+    engine.dispose()
+    return base.rsplit("/", 1)[0] + "/tune"
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_the_readme_worker_commands_verbatim(tmp_path, kind):
+    """`tune create ...` once, then two `TUNEPILOT_STORAGE=... tune worker --study ctr-night`,
+    exactly as the README prints them (placeholders filled in), on the built-in task: both
+    workers train trials of the one study, and SIGTERM ends each cleanly."""
+    import shlex
+
+    commands = readme_worker_commands()
+    assert len(commands) == 2 and commands[0].startswith("tune create --storage postgresql://")
+    assert "mysql+pymysql://USER@HOST:3306/DB` works the same" in (ROOT / "README.md").read_text()
+    url = tune_database(kind)
+    for placeholder, value in PLACEHOLDERS[kind].items():
+        commands = [c.replace(placeholder, value) for c in commands]
+    create_cmd, worker_cmd = commands
+    try:
+        optuna.delete_study(study_name="ctr-night", storage=url)
+    except KeyError:
+        pass
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([*TUNE, *shlex.split(create_cmd)[1:]], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assignment, *worker_argv = shlex.split(worker_cmd)
+    name, value = assignment.split("=", 1)
+    assert name == "TUNEPILOT_STORAGE" and worker_argv[:2] == ["tune", "worker"]
+    workers = [subprocess.Popen([*TUNE, *worker_argv[1:]], cwd=tmp_path,
+                                env={**env, name: value}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    storage = optuna.storages.RDBStorage(url)  # one connection pool for all the polling
+    study = optuna.load_study(study_name="ctr-night", storage=storage)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            trials = study.get_trials(deepcopy=False)
+            if sum(t.state == TrialState.COMPLETE for t in trials) >= 3:
+                break
+            assert all(w.poll() is None for w in workers), [w.communicate()[0] for w in workers]
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the two workers did not finish 3 trials in 240 s")
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        outputs = [w.communicate(timeout=120)[0] for w in workers]
+    assert [w.returncode for w in workers] == [143, 143], outputs
+    assert study.user_attrs["tunepilot:settings"]["config"]["n_trials"] == 200
+    # Each worker trained trials of the one study; numbers are unique across both.
+    for out in outputs:
+        assert "joined study ctr-night" in out, out
+        assert re.search(r"stopped: interrupted \(SIGTERM\); [1-9]\d* trials? run here", out), out
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers)) >= 3
+    assert "anything" not in "".join(outputs)  # the password stays out of what it prints
+    optuna.delete_study(study_name="ctr-night", storage=storage)
+    storage.engine.dispose()

@@ -29,8 +29,8 @@ from tunepilot.agent.transport import describe_error as _describe
 from tunepilot.agent.transport import is_transient, wait_for
 from tunepilot.memory import History, readable
 from tunepilot.memory.compact import compact
-from tunepilot.memory.history import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.insights import insights
+from tunepilot.memory.repeats import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.text import format_params, trial_line
 from tunepilot.prompts import render
 from tunepilot.space import Categorical, Float, SearchSpace
@@ -133,7 +133,7 @@ class LLMSuggester:
         if sitting_out is not None:  # no request at all: costs nothing
             raise SuggestionFailed(sitting_out, self._close(meta, start))
         feedback, last = None, None
-        system = render("system.j2", metric=self.metric, review=review)
+        system = render("system.j2", metric=self.metric, review=review, notes=self.notes)
         for _ in range(self.attempts):
             meta["attempts"] += 1
             try:

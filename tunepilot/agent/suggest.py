@@ -222,8 +222,9 @@ class AgentSampler(BaseSampler):
             # Another worker may have started the same config while the model was thinking:
             # check and record as one step, so the check holds for everyone.
             with self.lock or contextlib.nullcontext():
-                history = History.from_study(study, exclude=trial.number)
-                clash = history.with_config(suggestion.params, self.space)
+                clash = (history.with_config(suggestion.params, self.space)
+                         or history.changed_since(study, exclude=trial.number).with_config(
+                             suggestion.params, self.space))
                 if clash is None:
                     if suggestion.notes:
                         records.notes(study, suggestion.notes, trial.number)
@@ -232,6 +233,8 @@ class AgentSampler(BaseSampler):
                                      notes=suggestion.notes, meta=suggestion.meta,
                                      review=suggestion.review)
                     return dict(suggestion.params)
+            # Asked again, the suggester sees the trial it clashed with.
+            history = History.from_study(study, exclude=trial.number)
         assert clash is not None and suggestion is not None  # the loop ends only on a clash
         reason = (f"the suggester proposed a config that trial #{clash.number} is already "
                   f"{'running' if clash.state == 'running' else 'done with'} "

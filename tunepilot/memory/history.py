@@ -16,13 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
 from tunepilot.memory.parts import LLMCall, Review, TrainInfo, readable
+from tunepilot.memory.repeats import REPEAT_TOLERANCE, ConfigIndex
 from tunepilot.memory.settings import migrate
-from tunepilot.space import Float
-
-# Two proposals whose floats lie within this share of their range (of the log range for log
-# parameters) are one config: training both would spend a trial to learn nothing. 1% of lr's
-# log range 1e-5..1e-1 is a factor 1.1.
-REPEAT_TOLERANCE = 0.01
 
 if TYPE_CHECKING:
     import optuna
@@ -185,6 +180,15 @@ class History(Sequence[TrialRecord]):
                    settings=migrate(user_attrs.get(attrs.SETTINGS)),
                    changes=tuple(user_attrs.get(attrs.CHANGES) or ()), study=study)
 
+    def changed_since(self, study: optuna.Study, *, exclude: int | None = None) -> History:
+        """The study's trials now that were not finished in this history (new ones, and those
+        running or queued then), read without the study's attrs: what another worker may
+        have started since this history was read."""
+        done = {t.number for t in self.trials if t.state in ("complete", "pruned", "fail")}
+        fresh = [TrialRecord.from_frozen(t) for t in study.get_trials(deepcopy=False)
+                 if t.number not in done and t.number != exclude]
+        return History(tuple(sorted(fresh, key=lambda r: r.number)), study=study)
+
     @staticmethod
     def proposer_of(storage: Any, trial_id: int) -> str | None:
         """Who proposed a trial, read now (one round trip, not a whole history)."""
@@ -242,8 +246,20 @@ class History(Sequence[TrialRecord]):
             key = TrialRecord(-1, "", params, None).key
             return next((t for t in self.trials
                          if t.params and t.state != "waiting" and t.key == key), None)
-        return next((t for t in self.trials if t.params and t.state != "waiting"
-                     and same_config(t.params, params, space, tolerance)), None)
+        return self._index(space).first(params, tolerance)
+
+    def _index(self, space: SearchSpace) -> ConfigIndex:
+        """The trials that hold a config (running or done), as columns: built once per space."""
+        found = self._indexes.get(id(space))
+        if found is None or found[0] is not space:
+            found = (space, ConfigIndex([t for t in self.trials
+                                         if t.params and t.state != "waiting"], space))
+            self._indexes[id(space)] = found
+        return found[1]
+
+    @functools.cached_property
+    def _indexes(self) -> dict[int, tuple[SearchSpace, ConfigIndex]]:
+        return {}
 
     def llm_spend(self) -> float:
         """USD spent on the LLM over the whole study (trials with a known price)."""
@@ -320,30 +336,6 @@ class History(Sequence[TrialRecord]):
         if cur is not None:
             total += cur[1] - cur[0]
         return total
-
-
-def same_config(a: Mapping[str, Any], b: Mapping[str, Any], space: SearchSpace,
-                tolerance: float = REPEAT_TOLERANCE) -> bool:
-    """Whether two configs are one: the same choices and integers, floats within `tolerance`
-    of their (log) range."""
-    if set(a) != set(b):
-        return False
-    for name, value in b.items():
-        p, other = space.params.get(name), a[name]
-        if isinstance(p, Float) and _number_like(value) and _number_like(other):
-            if p.log and min(value, other, p.low) > 0:
-                gap = abs(math.log(value) - math.log(other)) / math.log(p.high / p.low)
-            else:
-                gap = abs(value - other) / ((p.high - p.low) or 1.0)
-            if gap > tolerance:
-                return False
-        elif value != other:
-            return False
-    return True
-
-
-def _number_like(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _number(t: FrozenTrial) -> int:
