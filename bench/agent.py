@@ -57,7 +57,7 @@ def fill(study: optuna.Study, n: int) -> None:
     dists = SPACE.distributions()
     batch = []
     for number in range(len(study.trials), n):
-        config = {"lr": 10 ** rng.uniform(-5, -1), "dropout": rng.uniform(0.0, 0.5),
+        config = {"lr": 10 ** rng.uniform(-5, -1), "dropout": rng.uniform(0.0, 0.45),
                   "batch_size": rng.choice([256, 512, 1024, 2048, 4096]),
                   "precision": rng.choice(["32-true", "bf16-mixed"])}
         loss = 0.4 + abs(config["dropout"] - 0.2) + abs(config["lr"] - 3e-3) * 10
@@ -78,10 +78,15 @@ def fill(study: optuna.Study, n: int) -> None:
 def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # A new config each time: a repeat would be refused and measure the fallback path instead.
-    # (dropout 0.01 apart: 2% of its range, past the 1% within which two configs are one.)
-    answers = [json.dumps({"config": {"lr": 1e-4, "batch_size": 512,
-                                      "precision": "32-true", "dropout": 0.01 * i},
-                           "rationale": "near the best"}) for i in range(50)]
+    # The filled trials have dropout below 0.45; the answers 0.47 or 0.5 (past the 1% of its
+    # range within which two values are one), with lr a factor 1.2 apart.
+    answers = [json.dumps({"config": {"lr": 1.1e-5 * 1.2 ** (i // 20), "batch_size": batch,
+                                      "precision": precision, "dropout": dropout},
+                           "rationale": "near the best"})
+               for i in range(50 * 20)
+               for batch, precision, dropout in [([256, 512, 1024, 2048, 4096][i % 5],
+                                                  ["32-true", "bf16-mixed"][i // 5 % 2],
+                                                  [0.47, 0.5][i // 10 % 2])]]
     llm = LLMSuggester(FakeListChatModel(responses=answers), model_name="fake", task=(
         "Train a click-through-rate model with PyTorch Lightning on synthetic data"),
         n_trials=2000, structured=False)
@@ -111,7 +116,7 @@ def main() -> None:
             sampler.sample_relative = timed
             study.sampler = sampler
             totals, reads = [], []
-            for _ in range(7):
+            for _ in range(15):
                 t0 = time.perf_counter()
                 History.from_study(study)
                 reads.append(time.perf_counter() - t0)
@@ -131,7 +136,7 @@ def main() -> None:
         print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, "
               "insights (importance recomputed when the complete trials grew by a tenth), prompt, "
               "the fake model's instant answer, validation, and its two record writes; whole ask: "
-              "plus Optuna creating the trial and storing each parameter. Medians of 7 trials.)")
+              "plus Optuna creating the trial and storing each parameter. Medians of 15 trials.)")
 
 
 if __name__ == "__main__":

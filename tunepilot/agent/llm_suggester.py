@@ -82,6 +82,7 @@ class LLMSuggester:
         self._runnables: dict[tuple[str, str | None, bool], Any] = {}
         self.health = Health()
         self.notice: Callable[[str], None] | None = None  # says an outage once, as it starts
+        self._insights: tuple[History, SearchSpace, Any] | None = None  # the last ones read
 
     def __call__(self, space: SearchSpace, history: History) -> Suggestion:
         def proposal(answer: Mapping[str, Any], meta: dict[str, Any]) -> Suggestion:
@@ -167,7 +168,11 @@ class LLMSuggester:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
         params = list(space.params)
         warm = history.warm_start
-        found = insights(history, space, history.study)
+        # Once per history: a rejected answer's retry renders the prompt again.
+        memo = self._insights
+        if memo is None or memo[0] is not history or memo[1] is not space:
+            memo = self._insights = (history, space, insights(history, space, history.study))
+        found = memo[2]
         return render(
             "trial.j2",
             task=self.task,

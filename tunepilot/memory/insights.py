@@ -64,7 +64,7 @@ def insights(history: History, space: SearchSpace, study: optuna.Study | None = 
     complete = history.completed()
     if len(complete) < MIN_TRIALS:
         return Insights(len(complete), alerts=tuple(_failure_alerts(history, space)))
-    ranked = sorted(complete, key=lambda t: (t.value, t.number))
+    ranked = history.best(len(complete))
     top = ranked[:max(3, math.ceil(TOP_SHARE * len(ranked)))]
     ranges = {name: _span(name, p, top) for name, p in space.params.items()}
     alerts = (_bound_alerts(ranked[:5], space) + _failure_alerts(history, space)
@@ -94,14 +94,14 @@ def _importance(study: optuna.Study | None, complete: Sequence[TrialRecord],
                 space: SearchSpace) -> dict[str, float]:
     if study is None or len(complete) < MIN_TRIALS_IMPORTANCE:
         return {}
-    names = [n for n in space.params if all(n in t.params for t in complete)]
-    if len(names) < 2:
-        return {}
-    key = (id(study._storage), study._study_id, tuple(names))
+    key = (id(study._storage), study._study_id, tuple(space.params))
     cached = _IMPORTANCE.get(key)
     n = len(complete)
     if cached is not None and cached[0] <= n < cached[0] * 1.1 + 1:
         return cached[1]
+    names = [n for n in space.params if all(n in t.params for t in complete)]
+    if len(names) < 2:
+        return {}
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
 
     try:

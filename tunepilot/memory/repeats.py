@@ -103,7 +103,15 @@ class ConfigIndex:
                     close[other] = [o == value for o in objects[other]]
                 match &= close
             else:
-                match &= np.fromiter((o == value for o in objects), dtype=bool,
-                                     count=len(objects))
+                match &= _equal(objects, value)
         hits = np.flatnonzero(match)
         return self.trials[int(hits[0])] if len(hits) else None
+
+
+def _equal(objects: np.ndarray, value: Any) -> np.ndarray:
+    """Element-wise `==` of an object column with one value (numpy's loop for a scalar)."""
+    if value is None or isinstance(value, (str, int, float)):
+        equal = objects == value
+        if isinstance(equal, np.ndarray) and equal.dtype == bool:
+            return equal
+    return np.fromiter((o == value for o in objects), dtype=bool, count=len(objects))
