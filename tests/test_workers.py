@@ -360,12 +360,12 @@ def test_the_readme_worker_commands_verbatim(tmp_path, kind):
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             trials = study.get_trials(deepcopy=False)
-            if sum(t.state == TrialState.COMPLETE for t in trials) >= 3:
+            if sum(t.state == TrialState.COMPLETE for t in trials) >= 2:
                 break
             assert all(w.poll() is None for w in workers), [w.communicate()[0] for w in workers]
             time.sleep(0.5)
         else:
-            raise AssertionError("the two workers did not finish 3 trials in 240 s")
+            raise AssertionError("the two workers did not finish 2 trials in 240 s")
     finally:
         for w in workers:
             w.send_signal(signal.SIGTERM)
@@ -377,7 +377,7 @@ def test_the_readme_worker_commands_verbatim(tmp_path, kind):
         assert "joined study ctr-night" in out, out
         assert re.search(r"stopped: interrupted \(SIGTERM\); [1-9]\d* trials? run here", out), out
     numbers = [t.number for t in study.trials]
-    assert len(numbers) == len(set(numbers)) >= 3
+    assert len(numbers) == len(set(numbers)) >= 2
     assert "anything" not in "".join(outputs)  # the password stays out of what it prints
     optuna.delete_study(study_name="ctr-night", storage=storage)
     storage.engine.dispose()
