@@ -95,6 +95,36 @@ def test_the_llms_time_share_is_capped_and_the_summary_says_so():
                      text, re.S), text
 
 
+def test_a_first_turn_expected_to_cost_more_than_the_share_is_not_taken():
+    """The embedded model's first turn is priced before it is measured (`first_turn_s`): on
+    trials too short to pay for it, the sampler takes every turn; once the search's wall time
+    can carry it, the model is asked."""
+    import time
+
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.ui.display import summary_lines
+
+    def slow(config, report):
+        time.sleep(0.1)
+        return quadratic(config, report)
+
+    for first_turn_s, asked in ((5.0, False), (0.1, True)):
+        with ScriptedLLMServer(accept) as server:
+            llm = LLMSuggester(chat(server), model_name="m", task="t", n_trials=8,
+                               first_turn_s=first_turn_s)
+            tuner = Tuner(trainers.callable(slow), SPACE, storage="sqlite:///:memory:",
+                          study="f", suggester=Reviewer(llm, llm_time_share=0.2),
+                          pruner="none", display=None)
+            result = tuner.run(n_trials=8)
+        first = result.history[0]
+        assert first.llm_skipped and "expected to take ~" in first.llm_skipped, first
+        assert bool(server.requests) is asked, (first_turn_s, len(server.requests))
+        if not asked:
+            assert all(t.llm_skipped and t.proposer == "optuna" for t in result.history)
+            text = "\n".join(summary_lines(result))
+            assert "8 turns went to the sampler past its share" in text, text
+
+
 def test_reviewer_asks_only_while_it_may_still_override():
     r = Reviewer(llm=None, max_override_share=0.3)  # type: ignore[arg-type]
     assert [r.allowed(n) for n in (1, 3, 4, 10, 20)] == [1, 1, 1, 3, 6]

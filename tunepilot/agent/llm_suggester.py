@@ -61,7 +61,8 @@ class LLMSuggester:
                  metric: str = "validation loss", target: float | None = None,
                  attempts: int = 3, transport_attempts: int = 4, max_wait_s: float = 30.0,
                  prices: Mapping[str, tuple[float, float]] | None = None,
-                 structured: bool = True, history_k: int = 5, notes: bool = True):
+                 structured: bool = True, history_k: int = 5, notes: bool = True,
+                 first_turn_s: float = 0.0):
         self.model = model
         self.model_name = model_name
         self.task = task
@@ -74,6 +75,9 @@ class LLMSuggester:
         self.prices = prices
         self.history_k = history_k  # best and recent trials shown; a small model wants fewer
         self.notes = notes  # ask for notes; a tiny model's notes are noise that costs tokens
+        # What a first turn is expected to cost before one is measured (0: unknown), for the
+        # cap on the LLM's share of the search's time.
+        self.first_turn_s = first_turn_s
         # Structured-output methods to try in turn: llama.cpp's server refuses json_schema with
         # a 500 but takes function calling and json_mode. A method that answered once stays.
         self._methods: list[str | None] = (["json_schema", "function_calling", "json_mode"]

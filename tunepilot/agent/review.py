@@ -30,6 +30,11 @@ LLM_TIME_SHARE = 0.2  # of the search's wall time, at most, waiting for the mode
 # were not sentences) and its turns made `auto` slower to the CTR target than Optuna alone
 # (bench/README.md), so it gets a quarter of the share.
 EMBEDDED_TIME_SHARE = 0.05
+# What a first turn of the embedded model costs before one is measured: its whole prompt is
+# evaluated cold (the demo's first turn took 8 s on this 2-core VM, bench/llm_turns.py's 14.5 s
+# at 30 trials). Without it the first turn was always taken, and alone took a demo of 2-second
+# trials to 14% of its time against a cap of 5%.
+EMBEDDED_FIRST_TURN_S = 8.0
 
 
 class Reviewer:
@@ -59,25 +64,33 @@ class Reviewer:
         left = self.allowed(len(history) + 1) - history.overrides()
         if left <= 0:  # its share of overrides is used up: nothing to ask
             return None
-        check_time_share(history, self.llm_time_share)
+        check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
         return self.llm.review(space, history, candidate, overrides_left=left)
 
 
-def check_time_share(history: History, max_share: float) -> None:
+def check_time_share(history: History, max_share: float, first_turn_s: float = 0.0) -> None:
     """Raises `SuggestionSkipped` when one more LLM turn would take the study's time spent
-    waiting for the model past `max_share` of its wall time (1.0: never)."""
+    waiting for the model past `max_share` of its wall time (1.0: never). The turn about to be
+    taken counts too: as long as the turns so far, on average, or `first_turn_s` before any
+    (0: unknown, so the first turn is taken and measured)."""
     if max_share >= 1.0:
         return
     waited, wall = history.llm_seconds(), history.wall_time_s()
     turns = [c.latency_s for c in history.llm_calls() if c.latency_s]
-    # The turn about to be taken counts too (as long as the turns so far, on average), so the
-    # share stays under its cap instead of passing it by one slow turn.
-    expected = sum(turns) / len(turns) if turns else 0.0
-    if waited > 0 and wall > 0 and (waited + expected) / (wall + expected) > max_share:
+    # Counting the turn about to be taken keeps the share under its cap instead of passing it
+    # by one slow turn.
+    expected = sum(turns) / len(turns) if turns else first_turn_s
+    if waited + expected <= 0 or (waited + expected) / (wall + expected) <= max_share:
+        return
+    if not turns:
         raise SuggestionSkipped(
-            f"the LLM's share of the search's time is {waited / wall:.0%} ({waited:.0f} s of "
-            f"{wall:.0f} s); another turn would take it past its cap of {max_share:.0%} "
-            "(llm_time_share): the sampler took this turn")
+            f"a first turn of the LLM is expected to take ~{expected:.2g} s, past its cap of "
+            f"{max_share:.0%} of the search's time so far ({wall:.0f} s; llm_time_share): the "
+            "sampler took this turn")
+    raise SuggestionSkipped(
+        f"the LLM's share of the search's time is {waited / max(wall, 1e-9):.0%} ({waited:.0f} "
+        f"s of {wall:.0f} s); another turn would take it past its cap of {max_share:.0%} "
+        "(llm_time_share): the sampler took this turn")
 
 
 def paced(suggester: Suggester, max_share: float = LLM_TIME_SHARE) -> Suggester:
@@ -86,8 +99,10 @@ def paced(suggester: Suggester, max_share: float = LLM_TIME_SHARE) -> Suggester:
     if max_share >= 1.0:
         return suggester
 
+    first_turn_s = getattr(suggester, "first_turn_s", 0.0)
+
     def within_share(space: SearchSpace, history: History) -> Suggestion | None:
-        check_time_share(history, max_share)
+        check_time_share(history, max_share, first_turn_s)
         return suggester(space, history)
 
     return within_share

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunepilot.agent.review import (
+    EMBEDDED_FIRST_TURN_S,
     EMBEDDED_TIME_SHARE,
     LLM_TIME_SHARE,
     OVERRIDE_SHARE,
@@ -73,7 +74,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
                                  n_trials=n_trials, target=target, prices=settings.prices,
                                  attempts=min(attempts, 2) if small else attempts,
-                                 history_k=3 if small else 5, notes=not small)
+                                 history_k=3 if small else 5, notes=not small,
+                                 first_turn_s=EMBEDDED_FIRST_TURN_S if small else 0.0)
     where = f" at {redact(settings.base_url)}" if settings.base_url else ""
     pace = (f"; the sampler takes its turns past {llm_time_share:.0%} of the wall time"
             if llm_time_share < 1.0 else "")
