@@ -135,8 +135,9 @@ def main() -> None:
         print(f"\nThe prompt at {n:,} trials:\n{prompt}")
         print(f"(tokens by {how}. agent: the AgentSampler's work per trial: history read, "
               "insights (importance recomputed when the complete trials grew by a tenth), prompt, "
-              "the fake model's instant answer, validation, and its records (one transaction); whole ask: "
-              "plus Optuna creating the trial and storing each parameter. Medians of 15 trials.)")
+              "the fake model's instant answer, validation, and its records (one transaction); "
+              "whole ask: plus Optuna creating the trial and storing each parameter. Medians of "
+              "15 trials.)")
 
 
 if __name__ == "__main__":
