@@ -76,7 +76,7 @@ def fallback(storage: Any, trial_id: int, reason: str,
              meta: Mapping[str, Any] | None = None) -> None:
     """The suggester could not propose this trial; the sampler did, for `reason`."""
     set_trial_user_attrs(storage, trial_id, {**(meta or {}), attrs.PROPOSER: "fallback",
-                             attrs.FALLBACK_REASON: reason})
+                                             attrs.FALLBACK_REASON: reason})
 
 
 def skipped(storage: Any, trial_id: int, reason: str) -> None:

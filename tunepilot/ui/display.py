@@ -160,8 +160,8 @@ class PlainDisplay(Observer):
         if not record.llm_skipped or self._said_skip:
             return None
         self._said_skip = True
-        return ("the sampler takes the LLM's turns while its share of the wall time is spent "
-                "(--llm-time-share); said once, counted in the summary")
+        return ("the sampler takes the LLM's turns while a turn would take the LLM past its "
+                "share of the wall time (--llm-time-share); said once, counted in the summary")
 
     def notice(self, text: str) -> None:
         self.console.print(f"{self.prefix}! {text}", markup=False)
