@@ -17,11 +17,20 @@ or the best value any run found (others). Random search scores about 1; 0 is the
     python bench/search.py --tasks hpobench --strategies random,tpe,cmaes,review
     python bench/search.py --llm openai:gpt-4o-mini  # or any OpenAI-compatible endpoint:
     python bench/search.py --llm openai:MODEL --llm-base-url http://127.0.0.1:8000/v1
+
+Runs of the embedded model take hours, so `--results FILE` keeps every finished run (one JSON
+line each) and reuses the runs a file already holds (same task, strategy, seed and model, at
+least as many trials) instead of running them again: a run can be stopped and resumed, spread
+over several processes (one file each, all of them named for the tables), and its tables
+printed again from the files alone.
+
+    python bench/search.py --tasks hpobench --strategies review --budgets 20 --results r.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -249,11 +258,57 @@ class Run:
     configs: list[dict[str, Any]]
     proposers: list[str | None]
     seconds: float
-    # review: (verdict, the trial's loss, the loss the sampler's candidate would have had)
-    reviews: list[tuple[str, float, float]] = field(default_factory=list)
+    # review: (trial number, verdict, the trial's loss, the loss the sampler's candidate would
+    # have had)
+    reviews: list[tuple[int, str, float, float]] = field(default_factory=list)
+    model: str = "none"  # the LLM that took part, for the strategies that use one
 
     def best_at(self, budget: int) -> float:
         return min(self.values[:budget], default=math.inf)
+
+    def first(self, budget: int) -> Run:
+        """This run as if it had stopped after `budget` trials."""
+        return Run(self.task, self.strategy, self.seed, self.values[:budget],
+                   self.configs[:budget], self.proposers[:budget], self.seconds,
+                   [r for r in self.reviews if r[0] < budget], self.model)
+
+    def to_json(self) -> str:
+        return json.dumps({"task": self.task, "strategy": self.strategy, "seed": self.seed,
+                           "model": self.model, "values": self.values, "configs": self.configs,
+                           "proposers": self.proposers, "seconds": round(self.seconds, 3),
+                           "reviews": self.reviews, "date": time.strftime("%Y-%m-%d %H:%M")})
+
+    @classmethod
+    def from_json(cls, line: str) -> Run:
+        d = json.loads(line)
+        return cls(d["task"], d["strategy"], d["seed"], d["values"], d["configs"],
+                   d["proposers"], d["seconds"], [tuple(r) for r in d["reviews"]], d["model"])
+
+
+class Saved:
+    """Finished runs kept in JSON-lines files: read from all of them, new ones appended to the
+    last (see the module's docstring)."""
+
+    def __init__(self, paths: Sequence[Path]):
+        self.paths = list(paths)
+        self.runs: list[Run] = []
+        for path in self.paths:
+            if path.exists():
+                self.runs += [Run.from_json(line) for line in path.read_text().splitlines()
+                              if line.strip()]
+
+    def find(self, task: str, strategy: str, seed: int, model: str, budget: int) -> Run | None:
+        for run in self.runs:
+            if ((run.task, run.strategy, run.seed, run.model) == (task, strategy, seed, model)
+                    and len(run.values) >= budget):
+                return run.first(budget)
+        return None
+
+    def add(self, run: Run) -> None:
+        self.runs.append(run)
+        if self.paths:
+            with self.paths[-1].open("a") as f:
+                f.write(run.to_json() + "\n")
 
 
 @dataclass
@@ -314,27 +369,35 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     seconds = time.perf_counter() - start
     trials = sorted(result.history, key=lambda t: t.number)
     values = [t.value if t.value is not None else math.inf for t in trials]
-    reviews = [(t.review.verdict, v, v if t.review.verdict == "accepted"
+    reviews = [(t.number, t.review.verdict, v, v if t.review.verdict == "accepted"
                 else task.fn(task.space.snap(t.review.candidate)))
                for t, v in zip(trials, values, strict=True) if t.review is not None]
     return Run(task.name, strategy, seed, values, [dict(t.params) for t in trials],
-               [t.proposer for t in trials], seconds, reviews)
+               [t.proposer for t in trials], seconds, reviews,
+               _model_name(llm) if uses_llm or strategy.startswith("hybrid:") else "none")
 
 
 def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[int],
               budget: int, reference_repeats: int, llm: Any = None,
-              log: Callable[[str], None] = print) -> Results:
+              log: Callable[[str], None] = print, saved: Saved | None = None) -> Results:
+    """Every strategy on every task and seed; runs `saved` already holds are reused."""
+    saved = saved if saved is not None else Saved([])
     results = Results(model=_model_name(llm))
     for task in tasks:
         # The reference pool: random search with seeds none of the benchmarked runs use.
         results.reference[task.name] = [run_one(task, "random", 10_000 + i, budget)
                                         for i in range(reference_repeats)]
         for strategy in strategies:
+            uses_llm = strategy in ("llm", "hybrid", "review") or strategy.startswith("hybrid:")
+            model = results.model if uses_llm else "none"
             for seed in seeds:
-                run = run_one(task, strategy, seed, budget, llm)
+                run = saved.find(task.name, strategy, seed, model, budget)
+                if run is None:
+                    run = run_one(task, strategy, seed, budget, llm)
+                    saved.add(run)
+                    log(f"  {task.name:<18} {strategy:<7} seed {seed}: best "
+                        f"{min(run.values):.4g} in {run.seconds:.0f} s")
                 results.runs.append(run)
-                log(f"  {task.name:<18} {strategy:<7} seed {seed}: best {min(run.values):.4g} "
-                    f"in {run.seconds:.0f} s")
     return results
 
 
@@ -406,7 +469,7 @@ def ranks(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
 def review_stats(results: Results) -> str:
     """What the model did under `review`: how often it accepted, and whether its overrides
     beat the candidate they replaced (each candidate's loss is looked up too)."""
-    rows = [x for r in results.runs if r.strategy == "review" for x in r.reviews]
+    rows = [x[1:] for r in results.runs if r.strategy == "review" for x in r.reviews]
     if not rows:
         return "review: no reviewed trials"
     over = [(v, c) for verdict, v, c in rows if verdict == "override"]
@@ -436,7 +499,9 @@ def _model_name(llm: Any) -> str:
         from tunepilot.agent import local
 
         return f"local: {local.LABEL}"
-    base = getattr(llm, "base_url", None)
+    if not isinstance(spec, str):  # a chat model object (langchain's ChatOpenAI, ...)
+        spec = f"{type(spec).__name__}:{getattr(spec, 'model_name', None) or '?'}"
+    base = getattr(llm, "base_url", None) or getattr(llm, "openai_api_base", None)
     return f"{spec}" + (f" at {base}" if base else "")
 
 
@@ -452,6 +517,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="random-search reference runs per task [6]")
     parser.add_argument("--llm", default="local", help="LLM spec for llm/hybrid [local]")
     parser.add_argument("--llm-base-url", help="OpenAI-compatible endpoint for --llm openai:MODEL")
+    parser.add_argument("--results", action="append", type=Path, default=[], metavar="FILE",
+                        help="keep finished runs in FILE (JSON lines) and reuse those it holds; "
+                        "repeatable: runs are read from all, new ones appended to the last")
     args = parser.parse_args()
     import optuna
 
@@ -474,6 +542,7 @@ def main() -> None:
     strategies = args.strategies.split(",")
     llm = LLMSettings(args.llm, args.llm_base_url, timeout=120.0)
     results = Results()
+    saved = Saved(args.results)
     start = time.time()
     print(f"# search benchmark, {time.strftime('%Y-%m-%d %H:%M')}, {platform.node()}: "
           f"{os.cpu_count()} cores, Python {platform.python_version()}, optuna "
@@ -481,7 +550,8 @@ def main() -> None:
     print(f"tasks {names}; strategies {strategies}; seeds 0..{seeds - 1}; budgets {budgets}; "
           f"random reference pool {repeats} runs per task")
     for task in tasks:
-        part = benchmark([task], strategies, range(seeds), max(budgets), repeats, llm)
+        part = benchmark([task], strategies, range(seeds), max(budgets), repeats, llm,
+                         saved=saved)
         results.runs += part.runs
         results.reference.update(part.reference)
         results.model = part.model

@@ -90,4 +90,48 @@ def test_hpobench_tasks_look_up_the_published_tables_and_rank_the_strategies(sea
     assert "of its" in stats and "overrides taken" in stats
     review = [r for r in results.runs if r.strategy == "review"]
     # One override per run: its loss and the replaced candidate's are both looked up.
-    assert all(sum(v == "override" for v, _, _ in r.reviews) == 1 for r in review)
+    assert all(sum(v == "override" for _, v, _, _ in r.reviews) == 1 for r in review)
+
+
+def test_finished_runs_are_kept_and_reused_instead_of_run_again(search, tmp_path, monkeypatch):
+    task = search.get_task("hpobench-credit_g")
+    calls = iter(range(1000))
+
+    def reply(request):  # an override on the first turn, accepts after it
+        if next(calls) == 0:
+            return json.dumps({"decision": "override", "config": {**task.default, "depth": 3},
+                               "rationale": "A deeper net may fit the interactions better."})
+        return json.dumps({"decision": "accept", "config": task.default,
+                           "rationale": "The candidate looks sound."})
+
+    first = tmp_path / "a.jsonl"
+    with ScriptedLLMServer(reply) as server:
+        llm = openai_model(server.base_url)
+        done = search.benchmark([task], ["tpe", "review"], seeds=range(2), budget=6,
+                                reference_repeats=2, log=lambda line: None, llm=llm,
+                                saved=search.Saved([first]))
+        assert len(first.read_text().splitlines()) == 4  # one line per finished run
+
+        def no_more(*args, **kwargs):
+            raise AssertionError("a saved run was run again")
+
+        ran = search.run_one
+        monkeypatch.setattr(search, "run_one", lambda task, strategy, seed, budget, llm=None:
+                            ran(task, strategy, seed, budget) if strategy == "random"
+                            else no_more())
+        # The same runs read back at a smaller budget: cut to it, reviews included.
+        again = search.benchmark([task], ["tpe", "review"], seeds=range(2), budget=4,
+                                 reference_repeats=2, log=lambda line: None, llm=llm,
+                                 saved=search.Saved([first, tmp_path / "b.jsonl"]))
+    assert [(r.strategy, r.seed, r.values[:4]) for r in done.runs] == \
+        [(r.strategy, r.seed, r.values) for r in again.runs]
+    review = [r for r in again.runs if r.strategy == "review"]
+    assert all(r.model == f"ChatOpenAI:gpt-4o-mini at {server.base_url}" for r in review)
+    # Seed 0: one override at trial 1 uses its share up (no more turns); seed 1: accepts at
+    # trials 1-3 of 4 (trials 4 and 5 cut off).
+    full = [r.reviews for r in done.runs if r.strategy == "review"]
+    assert [[(n, v) for n, v, *_ in r] for r in full] == \
+        [[(1, "override")], [(n, "accepted") for n in range(1, 6)]]
+    assert [r.reviews for r in review] == [full[0], full[1][:3]]
+    assert [r.model for r in again.runs if r.strategy == "tpe"] == ["none", "none"]
+    assert not (tmp_path / "b.jsonl").exists()  # nothing new was run, nothing written
