@@ -14,6 +14,7 @@ from tests.conftest import ROOT, TUNE, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 from tests.test_llm import SPACE, answer, openai_model
 from tunepilot import ConfigError, Float, SearchSpace, TuneError, Tuner, trainers
+from tunepilot.memory import insights
 
 XSPACE = SearchSpace.of(x=Float(-10.0, 10.0), epochs=3)
 
@@ -101,8 +102,8 @@ def test_enqueue_runs_the_persons_config_next(storage):
 def test_plots_render_to_png(storage, tmp_path):
     tuner = Tuner(trainers.callable(_two_params), SearchSpace.of(
         x=Float(-10.0, 10.0), lr=Float(1e-4, 1.0, log=True)), storage=storage, study="plots",
-        display=None)
-    tuner.run(n_trials=8)
+        display=None, pruner="none")
+    tuner.run(n_trials=10)
     for kind in ("history", "importance", "curves", "parallel"):
         fig = tuner.plot(kind)
         path = tmp_path / f"{kind}.png"
@@ -112,6 +113,10 @@ def test_plots_render_to_png(storage, tmp_path):
     # Importance and parallel coordinates are Optuna's own matplotlib plots.
     assert _title(tuner.plot("parallel")) == "Parallel Coordinate Plot"
     assert _title(tuner.plot("importance")) == "Hyperparameter Importances"
+    # Its bars are the PED-ANOVA figures the prompts, `tune show` and the report give.
+    bars = sorted(p.get_width() for p in tuner.plot("importance").axes[0].patches)
+    said = insights.of_study(tuner.study).importance
+    assert len(said) == 2 and bars == pytest.approx(sorted(said.values()), abs=0.01)
     with pytest.raises(ConfigError, match="Did you mean 'history'"):
         tuner.plot("histroy")
 
@@ -133,7 +138,8 @@ def test_load_reads_a_study_another_process_is_writing(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
     proc = subprocess.Popen([*TUNE, "run", "--llm", "none", "--config", "toy.toml", "--trainer",
                              "toy:slow", "--storage", "sqlite:///s.db", "--n-trials", "12"],
-                            cwd=workdir, env=env, stdout=subprocess.PIPE, text=True)
+                            cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
     url = f"sqlite:///{workdir / 's.db'}"
     try:
         deadline = time.monotonic() + 60
@@ -148,7 +154,8 @@ def test_load_reads_a_study_another_process_is_writing(tmp_path):
                 continue
             seen.append(len(tuner.history()))
             time.sleep(0.5)
-        assert proc.wait(timeout=60) == 0
+        rc = proc.wait(timeout=60)
+        assert rc == 0, proc.stdout.read()
     finally:
         proc.kill()
     assert len(seen) >= 3 and seen[-1] > seen[0], seen  # it grew while we read

@@ -59,9 +59,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
                 retry = RetryHeartbeatStaleTrialCallback(max_retry=retry_stale)
         beat["heartbeat_stale_trial_callback"] = _StaleTrial(retry, 3 * heartbeat_s)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
+        return _rdb_storage(url, beat)
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
         if isinstance(e, ImportError) or "Failed to import DB access module" in str(e):
             raise ConfigError(
@@ -76,6 +74,37 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             "the database server is running and the URL (user, host, port, database) is right; "
             "for MySQL use mysql+pymysql://."
         ) from None
+
+
+# What a database says when two processes create Optuna's schema at once: each checks that a
+# table is missing, then one CREATE (or the version row's INSERT) loses. Seen here with four
+# workers started together on a fresh SQLite file (half of them failed) and with a notebook's
+# `Tuner.load` opening the file `tune run` had just made.
+_SCHEMA_RACE = ("already exists", "unique constraint failed: alembic_version",
+                "unique constraint failed: version_info", "duplicate key value",
+                "duplicatetable", "uniqueviolation", "duplicate entry")
+SCHEMA_ATTEMPTS = 8
+
+
+def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
+    """Optuna's RDBStorage; a lost race with another process creating the schema is tried
+    again (the winner's tables are there by then, and creating them again is a no-op)."""
+    import random
+    import time
+
+    import optuna
+
+    for attempt in range(SCHEMA_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
+        except Exception as e:
+            if attempt == SCHEMA_ATTEMPTS - 1 or not any(
+                    m in f"{type(e).__name__} {e}".lower() for m in _SCHEMA_RACE):
+                raise
+            time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))  # let the winner commit
+    raise AssertionError("unreachable")
 
 
 def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,

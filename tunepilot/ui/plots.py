@@ -29,7 +29,7 @@ COLORS = {"llm": "#1f77b4", "fallback": "#ff7f0e", "optuna": "#2ca02c", "enqueue
 
 def plot(study: optuna.Study, kind: str = "history") -> Figure:
     """A figure of `study`: "history" (loss per trial by proposer, best so far), "importance"
-    (fANOVA), "curves" (per-epoch losses of the best trials), "parallel" (each completed
+    (PED-ANOVA), "curves" (per-epoch losses of the best trials), "parallel" (each completed
     trial's config as a line, coloured by its loss)."""
     if kind == "history":
         return history_figure(History.from_study(study))
@@ -44,17 +44,11 @@ def plot(study: optuna.Study, kind: str = "history") -> Figure:
 
 
 def importance(study: optuna.Study) -> dict[str, float]:
-    """fANOVA importance of each parameter; empty while there is too little to say."""
-    import optuna
+    """Each parameter's importance by Optuna's PED-ANOVA evaluator, the figures the prompts,
+    `tune show` and the report's insights give; empty while there is too little to say."""
+    from tunepilot.memory.insights import of_study
 
-    complete = [t for t in study.get_trials(deepcopy=False)
-                if t.state == optuna.trial.TrialState.COMPLETE]
-    if len(complete) < 3 or len(complete[0].params) < 2:
-        return {}
-    try:
-        return optuna.importance.get_param_importances(study)
-    except (RuntimeError, ValueError):  # e.g. every trial has the same value
-        return {}
+    return dict(of_study(study).importance)
 
 
 def history_figure(history: History) -> Figure:
@@ -79,14 +73,21 @@ def history_figure(history: History) -> Figure:
 
 
 def importance_figure(study: optuna.Study) -> Figure:
-    """Optuna's fANOVA importance plot; a note while there is too little to say."""
-    if not importance(study):
+    """Optuna's importance plot of the PED-ANOVA figures (`importance`); a note while there is
+    too little to say."""
+    from tunepilot.memory.insights import MIN_TRIALS_IMPORTANCE
+
+    found = importance(study)
+    if not found:
         fig, ax = _figure()
-        ax.set_title("parameter importance: needs 3 completed trials and 2 parameters")
+        ax.set_title(f"parameter importance: needs {MIN_TRIALS_IMPORTANCE} completed trials "
+                     "and 2 parameters")
         return _done(fig)
+    from optuna.importance import PedAnovaImportanceEvaluator
     from optuna.visualization.matplotlib import plot_param_importances
 
-    return _optuna_figure(lambda: plot_param_importances(study))
+    return _optuna_figure(lambda: plot_param_importances(
+        study, evaluator=PedAnovaImportanceEvaluator(), params=list(found)))
 
 
 def parallel_figure(study: optuna.Study) -> Figure:
