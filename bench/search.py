@@ -298,11 +298,11 @@ class Saved:
                               if line.strip()]
 
     def find(self, task: str, strategy: str, seed: int, model: str, budget: int) -> Run | None:
-        for run in self.runs:
-            if ((run.task, run.strategy, run.seed, run.model) == (task, strategy, seed, model)
-                    and len(run.values) >= budget):
-                return run.first(budget)
-        return None
+        """The longest kept run of these, if it has at least `budget` trials."""
+        found = [run for run in self.runs
+                 if (run.task, run.strategy, run.seed, run.model) == (task, strategy, seed, model)
+                 and len(run.values) >= budget]
+        return max(found, key=lambda run: len(run.values), default=None)
 
     def add(self, run: Run) -> None:
         self.runs.append(run)
@@ -316,6 +316,11 @@ class Results:
     runs: list[Run] = field(default_factory=list)
     reference: dict[str, list[Run]] = field(default_factory=dict)  # random-search pools
     model: str = "none"
+
+    def at(self, task: str, strategy: str, budget: int) -> list[Run]:
+        """The runs of `strategy` on `task` that reached `budget` trials."""
+        return [r for r in self.runs if r.task == task and r.strategy == strategy
+                and len(r.values) >= budget]
 
     def optimum(self, task: Task) -> float:
         if task.optimum is not None:
@@ -379,8 +384,11 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
 
 def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[int],
               budget: int, reference_repeats: int, llm: Any = None,
-              log: Callable[[str], None] = print, saved: Saved | None = None) -> Results:
-    """Every strategy on every task and seed; runs `saved` already holds are reused."""
+              log: Callable[[str], None] = print, saved: Saved | None = None,
+              run_missing: bool = True) -> Results:
+    """Every strategy on every task and seed; runs `saved` already holds are reused (cut to
+    `budget`). `run_missing=False`: only those, whatever their length (the tables read each
+    budget from the runs that reached it)."""
     saved = saved if saved is not None else Saved([])
     results = Results(model=_model_name(llm))
     for task in tasks:
@@ -391,8 +399,12 @@ def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[
             uses_llm = strategy in ("llm", "hybrid", "review") or strategy.startswith("hybrid:")
             model = results.model if uses_llm else "none"
             for seed in seeds:
-                run = saved.find(task.name, strategy, seed, model, budget)
-                if run is None:
+                run = saved.find(task.name, strategy, seed, model, budget if run_missing else 1)
+                if run is not None and run_missing:
+                    run = run.first(budget)
+                elif run is None and not run_missing:
+                    continue
+                elif run is None:
                     run = run_one(task, strategy, seed, budget, llm)
                     saved.add(run)
                     log(f"  {task.name:<18} {strategy:<7} seed {seed}: best "
@@ -409,7 +421,7 @@ def table(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
         for budget in budgets:
             cells = []
             for strategy in strategies:
-                runs = [r for r in results.runs if r.task == task.name and r.strategy == strategy]
+                runs = results.at(task.name, strategy, budget)
                 if not runs:
                     cells.append("-")
                     continue
@@ -433,11 +445,12 @@ def summary(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
     for strategy in strategies:
         cells = []
         for budget in budgets:
-            per_task = [statistics.fmean(results.score(t, r, budget) for r in results.runs
-                                         if r.task == t.name and r.strategy == strategy)
-                        for t in tasks if any(r.task == t.name and r.strategy == strategy
-                                              for r in results.runs)]
-            cells.append(f"{statistics.fmean(per_task):.2f}" if per_task else "-")
+            per_task = [statistics.fmean(results.score(t, r, budget)
+                                         for r in results.at(t.name, strategy, budget))
+                        for t in tasks if results.at(t.name, strategy, budget)]
+            # A mean over fewer tasks than the others' is not comparable: marked with its count.
+            cells.append("-" if not per_task else f"{statistics.fmean(per_task):.2f}" + (
+                f" ({len(per_task)} tasks)" if len(per_task) < len(tasks) else ""))
         lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -445,16 +458,22 @@ def summary(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
 def ranks(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
           budgets: Sequence[int]) -> str:
     """Mean rank per strategy and budget over the tasks: on each task the strategies are
-    ranked by mean best loss over seeds (1 = best; ties share the mean rank)."""
+    ranked by mean best loss over seeds (1 = best; ties share the mean rank). A budget some
+    strategy did not reach on every task is ranked on the tasks every strategy with runs at
+    it reached (their count is named)."""
     lines = ["| strategy | " + " | ".join(f"rank @{b}" for b in budgets) + " |",
              "|---|" + "---|" * len(budgets)]
     table: dict[tuple[str, int], list[float]] = {}
-    for t in tasks:
-        for b in budgets:
-            means = {s: statistics.fmean(r.best_at(b) for r in results.runs
-                                         if r.task == t.name and r.strategy == s)
-                     for s in strategies if any(r.task == t.name and r.strategy == s
-                                                for r in results.runs)}
+    notes = []
+    for b in budgets:
+        present = [s for s in strategies if any(results.at(t.name, s, b) for t in tasks)]
+        ranked = [t for t in tasks if all(results.at(t.name, s, b) for s in present)]
+        if len(ranked) < len(tasks):
+            notes.append(f"@{b}: {len(ranked)} of {len(tasks)} tasks, those {', '.join(present)} "
+                         "all reached")
+        for t in ranked:
+            means = {s: statistics.fmean(r.best_at(b) for r in results.at(t.name, s, b))
+                     for s in present}
             for s, m in means.items():
                 below = sum(1 for v in means.values() if v < m)
                 equal = sum(1 for v in means.values() if v == m)
@@ -463,7 +482,7 @@ def ranks(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
         cells = [f"{statistics.fmean(table[(s, b)]):.2f}" if table.get((s, b)) else "-"
                  for b in budgets]
         lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines + ([""] + ["Ranked " + "; ".join(notes) + "."] if notes else []))
 
 
 def review_stats(results: Results) -> str:
@@ -520,6 +539,9 @@ def main() -> None:
     parser.add_argument("--results", action="append", type=Path, default=[], metavar="FILE",
                         help="keep finished runs in FILE (JSON lines) and reuse those it holds; "
                         "repeatable: runs are read from all, new ones appended to the last")
+    parser.add_argument("--saved-only", action="store_true",
+                        help="run nothing new: the tables of the runs the --results files hold "
+                        "(each budget from the runs that reached it)")
     args = parser.parse_args()
     import optuna
 
@@ -551,7 +573,7 @@ def main() -> None:
           f"random reference pool {repeats} runs per task")
     for task in tasks:
         part = benchmark([task], strategies, range(seeds), max(budgets), repeats, llm,
-                         saved=saved)
+                         saved=saved, run_missing=not args.saved_only)
         results.runs += part.runs
         results.reference.update(part.reference)
         results.model = part.model

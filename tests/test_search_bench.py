@@ -135,3 +135,12 @@ def test_finished_runs_are_kept_and_reused_instead_of_run_again(search, tmp_path
     assert [r.reviews for r in review] == [full[0], full[1][:3]]
     assert [r.model for r in again.runs if r.strategy == "tpe"] == ["none", "none"]
     assert not (tmp_path / "b.jsonl").exists()  # nothing new was run, nothing written
+    # --saved-only: the kept runs whole, nothing run for what the file lacks (cmaes), and a
+    # budget past the kept runs' length shows no figure rather than a shorter run's.
+    kept = search.benchmark([task], ["tpe", "cmaes"], seeds=range(2), budget=8,
+                            reference_repeats=2, log=lambda line: None,
+                            saved=search.Saved([first]), run_missing=False)
+    assert [(r.strategy, len(r.values)) for r in kept.runs] == [("tpe", 6), ("tpe", 6)]
+    rows = search.table(kept, [task], ["tpe", "cmaes"], [6, 8]).splitlines()[2:]
+    assert "score" in rows[0].split("|")[3] and rows[1].split("|")[3:5] == [" - ", " - "]
+    assert "| tpe | 0." in search.summary(kept, [task], ["tpe", "cmaes"], [6, 8])
