@@ -72,10 +72,11 @@ def check_llm_trials(storage, n):
 
 def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    # With its share of the time lifted, the embedded model reviews every candidate.
+    # Asked for by name (--strategy review) and its share of the time lifted, the embedded
+    # model reviews every candidate.
     proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "3",
                     "--trainer", "jax", "--storage", "sqlite:///s.db", "--llm-time-share", "1",
-                    cwd=tmp_path, env={"OPENAI_API_KEY": ""} | env)
+                    "--strategy", "review", cwd=tmp_path, env={"OPENAI_API_KEY": ""} | env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no OPENAI_API_KEY, so the embedded model" in proc.stdout
     assert "small demonstration model" in proc.stdout
@@ -87,6 +88,40 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     assert "LLM: asked on 3 trials" in proc.stdout
     show = run_tune("show", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert show.returncode == 0 and " optuna " in show.stdout  # accepted: the sampler's
+
+
+def test_the_default_does_not_spend_turns_on_the_embedded_model(tmp_path, model_path):
+    """No key and no flags: `--llm auto` finds only the embedded model, whose reviews measured
+    no gain (bench/README.md), so `--strategy auto` is Optuna alone, and the run says why and
+    how to ask the model anyway."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "2",
+                    "--trainer", "jax", "--storage", "sqlite:///s.db", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "strategy: optuna (tpe sampler, seed 0): Optuna proposes every trial" in proc.stdout
+    assert "only the embedded demonstration model (SmolLM2-135M)" in proc.stdout
+    assert "--strategy review asks it anyway" in proc.stdout
+    assert "LLM: asked" not in proc.stdout
+    study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
+    assert [t.user_attrs["proposer"] for t in study.trials] == ["optuna", "optuna"]
+    assert not any("llm" in t.user_attrs for t in study.trials)
+
+
+def test_the_embedded_model_named_or_a_gguf_of_ones_own_is_asked_under_auto(model_path):
+    """`--llm local` names the embedded model: `auto` is `review` with it, on the embedded
+    model's terms (5% of the time, a short prompt, no notes). A GGUF file of the user's
+    (--llm-model-path; here the same file stands in for a bigger model) is not the demo model:
+    the full prompt with notes, the usual share and answer length."""
+    from tunepilot.agent.llm import LLMSettings
+    from tunepilot.agent.review import LLM_TIME_SHARE, Reviewer
+    from tunepilot.agent.strategies import agent
+
+    named, llm, _ = agent("local", task="t")
+    assert isinstance(named, Reviewer) and llm.notes is False and llm.model.max_tokens == 160
+    own, llm, line = agent(LLMSettings("auto", model_path=model_path), task="t")
+    assert isinstance(own, Reviewer) and own.llm_time_share == LLM_TIME_SHARE
+    assert llm.notes is True and llm.first_turn_s == 0.0 and llm.model.max_tokens == 400
+    assert "the GGUF model" in line and "SmolLM2-135M, a small" not in line
 
 
 def test_the_embedded_models_first_turn_is_priced_before_it_is_measured(model_path):

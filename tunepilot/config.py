@@ -32,7 +32,7 @@ from tunepilot.memory.store import DEFAULT_STORAGE
 from tunepilot.trainers import BUILTIN
 
 # The names a config, the CLI's help and the agent accept: one list each.
-STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")  # auto: review with an LLM, else optuna
+STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")  # auto: see strategies.agent
 SAMPLERS = ("tpe", "random", "cmaes", "gp")
 PRUNERS = ("median", "none", "successive-halving", "hyperband")
 
@@ -75,7 +75,8 @@ class TuneConfig(BaseModel):
     label: str = "label"  # label column of csv/parquet data
     categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
-    # auto: review when an LLM is configured (--llm), otherwise optuna
+    # auto: review when an LLM is configured (--llm), otherwise optuna; optuna too when
+    # --llm auto finds only the embedded demonstration model (strategies.agent says why)
     strategy: str = "auto"  # one of STRATEGIES
     sampler: str = "tpe"  # one of SAMPLERS
     pruner: str = "median"  # one of PRUNERS

@@ -72,7 +72,7 @@ def choose(settings: LLMSettings) -> Choice:
 
         if local.available(settings.model_path):
             return Choice(local.chat_model(settings), "local",
-                          f"--llm auto: no OPENAI_API_KEY, so the embedded model; {local.LABEL}")
+                          f"--llm auto: no OPENAI_API_KEY, so {local.label(settings.model_path)}")
         return Choice(None, "none", "--llm auto: no OPENAI_API_KEY is set and the embedded model "
                       "is not installed, so Optuna proposes every trial; set OPENAI_API_KEY, "
                       "pass --llm openai:MODEL --llm-base-url URL, or install the local model "
@@ -84,7 +84,8 @@ def _choose_spec(spec: str, settings: LLMSettings, reason: str) -> Choice:
     if spec == "local":
         from tunepilot.agent import local
 
-        return Choice(local.chat_model(settings), "local", f"{reason}; {local.LABEL}")
+        return Choice(local.chat_model(settings), "local",
+                      f"{reason}: {local.label(settings.model_path)}")
     provider, sep, model = spec.partition(":")
     if not sep or not model:
         raise ConfigError(

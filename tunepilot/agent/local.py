@@ -38,6 +38,13 @@ LABEL = ("the embedded model is SmolLM2-135M, a small demonstration model: expec
          "Ollama or llama.cpp server, or --llm-model-path to a bigger GGUF chat model")
 
 
+def label(model_path: str | None) -> str:
+    """What the run is told about the local model: the embedded one's caveat, or the file."""
+    if model_path:
+        return f"the GGUF model {Path(model_path).name} in-process through llama.cpp"
+    return f"the embedded model; {LABEL}"
+
+
 def default_model_path() -> Path | None:
     spec = importlib.util.find_spec(DEMO_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -66,9 +73,12 @@ def chat_model(settings: Any) -> LocalChatModel:
     elif not Path(path).is_file():
         raise ConfigError(f"--llm-model-path {path} does not exist; give the path of a GGUF "
                           "chat model file.")
-    # An answer without notes is ~70 tokens; a cap stops a rambling small model early.
+    # The embedded model writes no notes: its answer is ~70 tokens, and a cap stops it rambling
+    # on. A model of the user's writes notes, so it keeps the configured limit.
+    embedded = getattr(settings, "model_path", None) is None
     return LocalChatModel(model_path=str(path), temperature=settings.temperature,
-                          max_tokens=min(settings.max_tokens, 160))
+                          max_tokens=min(settings.max_tokens, 160) if embedded
+                          else settings.max_tokens)
 
 
 @functools.lru_cache(maxsize=2)
