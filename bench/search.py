@@ -497,12 +497,21 @@ def review_stats(results: Results) -> str:
     worse = sum(1 for v, c in over if v > c)
     asked = len(rows)
     accepted = asked - len(over) - refused
+    # Against TPE with the same seed, where it ran: the design's floor is "the same search".
+    paired = [(r, t) for r in results.runs if r.strategy == "review" for t in results.runs
+              if (t.task, t.strategy, t.seed) == (r.task, "tpe", r.seed)]
+    same = sum(1 for r, t in paired if r.configs == t.configs[:len(r.configs)])
+    better_best = sum(1 for r, t in paired if r.best_at(len(r.values)) < t.best_at(len(r.values)))
+    worse_best = sum(1 for r, t in paired if r.best_at(len(r.values)) > t.best_at(len(r.values)))
+    pairs = (f"; of {len(paired)} runs beside TPE's with the same seed, {same} proposed exactly "
+             f"TPE's configs, {better_best} ended better, {worse_best} worse" if paired else "")
     return (f"review: the model was asked on {asked} trials and accepted {accepted} "
             f"({accepted / asked:.0%}); {refused} overrides without a reason in words were "
             f"refused; of its {len(over)} overrides taken, {better} beat "
             f"the candidate they replaced, {worse} did worse, {len(over) - better - worse} tied"
             + (f"; mean loss of overrides {statistics.fmean(v for v, _ in over):.4g} against "
-               f"{statistics.fmean(c for _, c in over):.4g} for the candidates" if over else ""))
+               f"{statistics.fmean(c for _, c in over):.4g} for the candidates" if over else "")
+            + pairs)
 
 
 def _std(xs: Sequence[float]) -> float:
