@@ -71,9 +71,9 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     if strategy == "auto" and embedded and settings.spec.strip() == "auto":
         # bench/README.md: reviewing TPE's candidates on HPOBench (29 runs of 20 trials), it
         # left 27 searches exactly TPE's, one better and one worse, at 5-9 s a turn; on the
-        # built-in task its turns made no target come sooner. A default that
-        # buys nothing with the user's time is not taken; naming it (--llm local) or a strategy
-        # (--strategy review) still asks it.
+        # built-in task its turns made no target come sooner. A default that buys nothing with
+        # the user's time is not taken; naming it (--llm local) or a strategy (--strategy
+        # review) still asks it.
         return None, None, (
             f"strategy: optuna ({optuna_line}): Optuna proposes every trial. --llm auto found "
             "no OPENAI_API_KEY, only the embedded demonstration model (SmolLM2-135M), whose "
