@@ -72,12 +72,12 @@ def history_figure(history: History) -> Figure:
     return _done(fig)
 
 
-def importance_figure(study: optuna.Study) -> Figure:
-    """Optuna's importance plot of the PED-ANOVA figures (`importance`); a note while there is
-    too little to say."""
+def importance_figure(study: optuna.Study, found: dict[str, float] | None = None) -> Figure:
+    """Optuna's importance plot of the PED-ANOVA figures (`importance`, or `found` when the
+    caller has them); a note while there is too little to say."""
     from tunepilot.memory.insights import MIN_TRIALS_IMPORTANCE
 
-    found = importance(study)
+    found = importance(study) if found is None else found
     if not found:
         fig, ax = _figure()
         ax.set_title(f"parameter importance: needs {MIN_TRIALS_IMPORTANCE} completed trials "

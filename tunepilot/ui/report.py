@@ -70,8 +70,10 @@ def _template() -> jinja2.Template:
 
 def _figures(study: optuna.Study, history: History) -> list[tuple[str, str]]:
     figures = [("Optimization history", plots.history_figure(history))]
-    if plots.importance(study):
-        figures.append(("Parameter importance (PED-ANOVA)", plots.importance_figure(study)))
+    found = plots.importance(study)
+    if found:  # read once: deciding on the figure and drawing it
+        figures.append(("Parameter importance (PED-ANOVA)",
+                        plots.importance_figure(study, found)))
     if any(t.curve for t in history.best(5)):
         figures.append(("Learning curves of the best trials", plots.curves_figure(history)))
     if len(history.completed()) >= 2:
