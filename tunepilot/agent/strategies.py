@@ -69,8 +69,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     # The shipped 135M model, not a GGUF file of the user's (--llm-model-path).
     embedded = choice.name == "local" and not settings.model_path
     if strategy == "auto" and embedded and settings.spec.strip() == "auto":
-        # bench/README.md: reviewing TPE's candidates on HPOBench (36 runs of 20 trials), it
-        # left 34 searches exactly TPE's, one better and one worse, at 5-9 s a turn; on the
+        # bench/README.md: reviewing TPE's candidates on HPOBench (40 runs of 20 trials), it
+        # left 38 searches exactly TPE's, one better and one worse, at 5-9 s a turn; on the
         # built-in task its turns made no target come sooner. A default that buys nothing with
         # the user's time is not taken; naming it (--llm local) or a strategy (--strategy
         # review) still asks it.
