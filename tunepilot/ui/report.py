@@ -71,7 +71,7 @@ def _template() -> jinja2.Template:
 def _figures(study: optuna.Study, history: History) -> list[tuple[str, str]]:
     figures = [("Optimization history", plots.history_figure(history))]
     found = plots.importance(study)
-    if found:  # read once: deciding on the figure and drawing it
+    if found:  # drawn for the parameters the insights name (Optuna's plot evaluates again)
         figures.append(("Parameter importance (PED-ANOVA)",
                         plots.importance_figure(study, found)))
     if any(t.curve for t in history.best(5)):
