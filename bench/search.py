@@ -37,7 +37,6 @@ import platform
 import statistics
 import sys
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,13 @@ from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
 
 STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid", "review")
 # Also accepted: hybrid:STARTUP/EVERY, a variant of the hybrid rule (the LLM proposes the first
-# STARTUP trials after the default, then every EVERY-th; 0 = never again).
+# STARTUP trials after the default, then every EVERY-th; 0 = never again); the samplers
+# `optuna-tpe` (the peer: a plain `optuna.create_study(sampler=TPESampler(seed=seed))`, as a
+# user of Optuna would run it, not through tunepilot), `gp` (Optuna's GPSampler as it comes),
+# `auto` (tunepilot's --sampler auto on trials long enough for GP) and `sobol-tpe` (the same on
+# short trials: GP left out).
+SAMPLER_STRATEGIES = {"random": "random", "tpe": "tpe", "cmaes": "cmaes", "gp": "gp",
+                      "auto": "auto", "sobol-tpe": "auto"}
 TARGET_SCORE = 0.2  # "reached the target": 80% of the way from random search to the optimum
 
 
@@ -348,7 +353,9 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     def train(config: Mapping[str, Any], report: Any) -> float:
         return task.fn(config)
 
-    kind = {"random": "random", "tpe": "tpe", "cmaes": "cmaes"}.get(strategy, "tpe")
+    if strategy == "optuna-tpe":
+        return _plain_optuna(task, seed, budget)
+    kind = SAMPLER_STRATEGIES.get(strategy, "tpe")
     uses_llm = strategy in ("llm", "hybrid", "review")
     suggester = None
     if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
@@ -362,7 +369,9 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
                   llm=llm if uses_llm else None, suggester=suggester,
                   strategy=strategy if uses_llm else "auto",
                   task=task.description, storage="sqlite:///:memory:",
-                  study=f"{task.name}-{strategy}-{seed}-{uuid.uuid4().hex[:6]}", sampler=kind,
+                  # One name per task and seed: the samplers' draws are seeded by it, so every
+                  # strategy with the sampler's turns draws what TPE alone would.
+                  study=f"{task.name}-{seed}", sampler=kind,
                   pruner="none", seed=seed, display=None, warm_start=False,
                   # Trials here are look-ups or seconds long, so the product's cap on the LLM's
                   # share of wall time would give the sampler nearly every turn: lifted, so the
@@ -370,7 +379,16 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
                   llm_time_share=1.0)
     tuner.enqueue(dict(task.default))
     start = time.perf_counter()
-    result = tuner.run(n_trials=budget)
+    from tunepilot.agent import samplers
+
+    before = samplers.GP_MIN_TRIAL_S
+    # Look-ups take no time: `auto` is measured as on trials long enough for GP, `sobol-tpe`
+    # as on short ones.
+    samplers.GP_MIN_TRIAL_S = math.inf if strategy == "sobol-tpe" else 0.0
+    try:
+        result = tuner.run(n_trials=budget)
+    finally:
+        samplers.GP_MIN_TRIAL_S = before
     seconds = time.perf_counter() - start
     trials = sorted(result.history, key=lambda t: t.number)
     values = [t.value if t.value is not None else math.inf for t in trials]
@@ -380,6 +398,21 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     return Run(task.name, strategy, seed, values, [dict(t.params) for t in trials],
                [t.proposer for t in trials], seconds, reviews,
                _model_name(llm) if uses_llm or strategy.startswith("hybrid:") else "none")
+
+
+def _plain_optuna(task: Task, seed: int, budget: int) -> Run:
+    """What a user of Optuna runs: its default sampler (TPE, 10 random start-up trials) seeded,
+    the task's default config enqueued as trial 0 like every strategy's."""
+    import optuna
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed))
+    study.enqueue_trial(dict(task.default))
+    start = time.perf_counter()
+    study.optimize(lambda trial: task.fn(task.space.sample(trial)), n_trials=budget)
+    seconds = time.perf_counter() - start
+    trials = study.get_trials(deepcopy=False)
+    return Run(task.name, "optuna-tpe", seed, [float(t.value) for t in trials],
+               [dict(t.params) for t in trials], ["optuna"] * len(trials), seconds)
 
 
 def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[int],
@@ -439,18 +472,56 @@ def table(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
 
 def summary(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
             budgets: Sequence[int]) -> str:
-    """Mean normalized score per strategy and budget over the tasks (lower is better)."""
+    """Mean normalized score per strategy and budget over the tasks (lower is better), ± its
+    standard error: the spread of the per-seed means over the tasks, over sqrt(seeds)."""
     lines = ["| strategy | " + " | ".join(f"score @{b}" for b in budgets) + " |",
              "|---|" + "---|" * len(budgets)]
     for strategy in strategies:
         cells = []
         for budget in budgets:
-            per_task = [statistics.fmean(results.score(t, r, budget)
-                                         for r in results.at(t.name, strategy, budget))
-                        for t in tasks if results.at(t.name, strategy, budget)]
+            per_task = {t.name: {r.seed: results.score(t, r, budget)
+                                 for r in results.at(t.name, strategy, budget)}
+                        for t in tasks if results.at(t.name, strategy, budget)}
+            if not per_task:
+                cells.append("-")
+                continue
+            seeds = set.intersection(*(set(v) for v in per_task.values()))
+            per_seed = [statistics.fmean(v[seed] for v in per_task.values()) for seed in seeds]
+            mean = statistics.fmean(x for v in per_task.values() for x in v.values())
+            se = _se(per_seed)
             # A mean over fewer tasks than the others' is not comparable: marked with its count.
-            cells.append("-" if not per_task else f"{statistics.fmean(per_task):.2f}" + (
+            cells.append(f"{mean:.3f}" + (f" ± {se:.3f}" if len(per_seed) > 1 else "") + (
                 f" ({len(per_task)} tasks)" if len(per_task) < len(tasks) else ""))
+        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def versus(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
+           budgets: Sequence[int], peer: str) -> str:
+    """Each strategy against `peer`, task by task: the tasks where its mean score is better or
+    worse beyond 2 standard errors of the difference (seeds as samples)."""
+    lines = ["| strategy | " + " | ".join(f"vs {peer} @{b}" for b in budgets) + " |",
+             "|---|" + "---|" * len(budgets)]
+    for strategy in strategies:
+        if strategy == peer:
+            continue
+        cells = []
+        for budget in budgets:
+            better, worse = [], []
+            for t in tasks:
+                mine = [results.score(t, r, budget) for r in results.at(t.name, strategy, budget)]
+                theirs = [results.score(t, r, budget) for r in results.at(t.name, peer, budget)]
+                if len(mine) < 2 or len(theirs) < 2:
+                    continue
+                diff = statistics.fmean(mine) - statistics.fmean(theirs)
+                se = math.hypot(_se(mine), _se(theirs))
+                short = t.name.removeprefix("hpobench-")
+                if diff < -2 * se:
+                    better.append(short)
+                elif diff > 2 * se:
+                    worse.append(short)
+            cells.append(f"better on {len(better)}" + (f" ({', '.join(better)})" if better else "")
+                         + f", worse on {len(worse)}" + (f" ({', '.join(worse)})" if worse else ""))
         lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -514,6 +585,10 @@ def review_stats(results: Results) -> str:
             + pairs)
 
 
+def _se(xs: Sequence[float]) -> float:
+    return _std(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+
+
 def _std(xs: Sequence[float]) -> float:
     finite = [x for x in xs if math.isfinite(x)]
     return statistics.stdev(finite) if len(finite) > 1 else 0.0
@@ -548,6 +623,8 @@ def main() -> None:
     parser.add_argument("--results", action="append", type=Path, default=[], metavar="FILE",
                         help="keep finished runs in FILE (JSON lines) and reuse those it holds; "
                         "repeatable: runs are read from all, new ones appended to the last")
+    parser.add_argument("--peer", default="optuna-tpe",
+                        help="the strategy every other is compared with task by task")
     parser.add_argument("--saved-only", action="store_true",
                         help="run nothing new: the tables of the runs the --results files hold "
                         "(each budget from the runs that reached it)")
@@ -590,8 +667,13 @@ def main() -> None:
     print("Per task: mean best loss ± std over seeds; normalized score (0 = optimum, 1 = random "
           f"search) ± std; median trials to reach score {TARGET_SCORE}.\n")
     print(table(results, tasks, strategies, budgets))
-    print("\nMean normalized score over the tasks (lower is better):\n")
+    print("\nMean normalized score over the tasks (lower is better) ± standard error (of the "
+          "per-seed means over the tasks):\n")
     print(summary(results, tasks, strategies, budgets))
+    if args.peer in strategies:
+        print(f"\nTask by task against {args.peer} (beyond 2 standard errors of the "
+              "difference):\n")
+        print(versus(results, tasks, strategies, budgets, args.peer))
     print("\nMean rank over the tasks (1 = best of the strategies run):\n")
     print(ranks(results, tasks, strategies, budgets))
     if "review" in strategies:

@@ -33,7 +33,7 @@ from tunepilot.trainers import BUILTIN
 
 # The names a config, the CLI's help and the agent accept: one list each.
 STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")  # auto: see strategies.agent
-SAMPLERS = ("tpe", "random", "cmaes", "gp")
+SAMPLERS = ("auto", "tpe", "random", "cmaes", "gp")
 PRUNERS = ("median", "none", "successive-halving", "hyperband")
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
@@ -75,6 +75,9 @@ class TuneConfig(BaseModel):
     label: str = "label"  # label column of csv/parquet data
     categorical: list[str] = Field(default_factory=list)  # csv/parquet columns to hash
     space: dict[str, Any] = Field(default_factory=dict)  # added to / replacing the defaults
+    # Configs a new study runs first, after the space's defaults ([[start]] tables in TOML;
+    # Ray Tune's points_to_evaluate): whole or partial, the sampler draws what one leaves out
+    start: list[dict[str, Any]] = Field(default_factory=list)
     # auto: review when an LLM is configured (--llm), otherwise optuna; optuna too when
     # --llm auto finds only the embedded demonstration model (strategies.agent says why)
     strategy: str = "auto"  # one of STRATEGIES

@@ -39,6 +39,7 @@ class Float(_Param):
     high: float
     log: bool = False
     step: float | None = None
+    default: float | None = None  # trial 0 of a new study: what a person would try first
 
     def __init__(self, low: float | None = None, high: float | None = None, /, **kw: Any):
         if low is not None:
@@ -54,6 +55,7 @@ class Float(_Param):
             raise ValueError("a log-scaled float cannot have a step; drop `step` or `log`")
         if self.step is not None and self.step <= 0:
             raise ValueError(f"step must be positive, found {self.step}")
+        _check_default(self)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -86,6 +88,7 @@ class Int(_Param):
     high: int
     log: bool = False
     step: int = 1
+    default: int | None = None  # trial 0 of a new study: what a person would try first
 
     def __init__(self, low: int | None = None, high: int | None = None, /, **kw: Any):
         if low is not None:
@@ -101,6 +104,7 @@ class Int(_Param):
             raise ValueError(f"step must be a positive integer, found {self.step}")
         if self.log and self.step != 1:
             raise ValueError("a log-scaled int must have step 1; drop `step` or `log`")
+        _check_default(self)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -128,6 +132,7 @@ class Categorical(_Param):
 
     type: Literal["categorical"] = "categorical"
     choices: tuple[Scalar, ...]
+    default: Scalar | None = None  # trial 0 of a new study: what a person would try first
 
     def __init__(self, choices: Any = None, /, **kw: Any):
         if choices is not None:
@@ -140,6 +145,7 @@ class Categorical(_Param):
             raise ValueError("choices is empty; list at least one value, e.g. choices = [256, 512]")
         if len(set(map(repr, self.choices))) != len(self.choices):
             raise ValueError(f"choices repeat a value: {list(self.choices)}")
+        _check_default(self)
         return self
 
     def distribution(self) -> optuna.distributions.BaseDistribution:
@@ -187,6 +193,14 @@ def _in_range(value: Any, low: float, high: float) -> float:
     if v < low - slack or v > high + slack:
         raise ValueError(f"{v:g} is outside [{low:g}, {high:g}]")
     return min(max(v, low), high)
+
+
+def _check_default(p: Float | Int | Categorical) -> None:
+    if p.default is not None:
+        try:
+            p.snap(p.default)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"default {p.default!r} is not in the range: {e}") from None
 
 
 def _check_bounds(low: float, high: float, log: bool) -> None:
@@ -247,6 +261,12 @@ class SearchSpace(BaseModel):
         fixed = {k: v for k, v in self.fixed.items() if k not in other.params}
         return SearchSpace(params={**params, **other.params}, fixed={**fixed, **other.fixed})
 
+    def defaults(self) -> dict[str, Any]:
+        """The parameters' declared defaults (`default = ...`), snapped into the space: the
+        config of trial 0 of a new study (what it leaves out, the sampler draws)."""
+        return {name: p.snap(p.default) for name, p in self.params.items()
+                if p.default is not None}
+
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         return {name: p.distribution() for name, p in self.params.items()}
 
@@ -295,7 +315,8 @@ class SearchSpace(BaseModel):
         return cls.of(**params)
 
     def describe(self) -> str:
-        lines = [f"  {name}: {p.describe()}" for name, p in self.params.items()]
+        lines = [f"  {name}: {p.describe()}" + (f", default {p.default!r}" if p.default is not None
+                                               else "") for name, p in self.params.items()]
         lines += [f"  {name} = {v!r} (fixed)" for name, v in self.fixed.items()]
         return "\n".join(lines)
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from tunepilot.agent.observer import Observer
+from tunepilot.agent.samplers import sampler_line
 from tunepilot.agent.strategies import agent as strategy_agent
 from tunepilot.agent.suggest import Suggester
 from tunepilot.agent.tuner import Tuner
@@ -56,6 +57,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     suggester, llm_agent, strategy_note = _strategy(cfg, task=cfg.task or _task_description(cfg,
                                                                                          notes))
     notes.append(strategy_note)
+    notes.append(sampler_line(cfg.sampler, space))
     notes.append("search space:\n" + space.describe())
     settings = {"config": cfg.public(), "space": json.loads(space.model_dump_json())}
     for key in ("storage", "llm_base_url"):  # no secret in the study
@@ -66,7 +68,8 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
                            retry_stale=cfg.retry_interrupted)
     tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(), suggester=suggester,
                   sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
-                  display=display, warm_start=not worker, accept_changes=cfg.accept_changes)
+                  display=display, warm_start=not worker, accept_changes=cfg.accept_changes,
+                  start=cfg.start)
     tuner.llm_agent = llm_agent
     return tuner, notes
 

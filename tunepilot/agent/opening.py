@@ -4,7 +4,7 @@ stays one experiment, and Optuna's log lines while a display shows the same tria
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -29,6 +29,22 @@ def warm_start(study: optuna.Study, storage: Any, settings: Mapping[str, Any],
                             warm_start_from=found["study"])
         except ValueError:
             pass  # the old best lies outside the new bounds: the prompt still shows it
+
+
+def first_trials(study: optuna.Study, space: SearchSpace,
+                 start: Sequence[Mapping[str, Any]]) -> None:
+    """A new study's first trials, queued after a warm start's: the space's declared defaults
+    (what a person would try first), then the `start` configs, each once."""
+    queued: list[Mapping[str, Any]] = [t.params for t in study.get_trials(deepcopy=False)]
+    queued += [t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False)]
+    defaults = space.defaults()
+    for i, config in enumerate(([defaults] if defaults else []) + list(start)):
+        if any(dict(config) == dict(q) for q in queued):
+            continue
+        records.enqueue(study, config, "enqueued",
+                        enqueued_as="default" if defaults and i == 0
+                        else f"start {i + (0 if defaults else 1)}")
+        queued.append(config)
 
 
 def check_identity(study: optuna.Study, settings: Mapping[str, Any], accept: bool) -> None:

@@ -109,6 +109,8 @@ def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Sugg
 
 
 _CLASH_ATTEMPTS = 2  # asks of the suggester when another worker took its config meanwhile
+_REDRAWS = 8  # draws of the sampler's after the first that repeated a trial's config
+_REDRAW_STRIDE = 1_000_003  # a redraw's seed: the trial number's, this far apart per attempt
 
 
 class AgentSampler(BaseSampler):
@@ -152,15 +154,19 @@ class AgentSampler(BaseSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if self.suggester is None or _is_enqueued(trial):
+        if _is_enqueued(trial):
             return self.fallback.sample_relative(study, trial, search_space)
         if trial._trial_id not in self._proposals:
-            candidate = (self._candidate(study, trial, search_space)
-                         if getattr(self.suggester, "reviews", False) else None)
-            self._proposals[trial._trial_id] = self._propose(study, trial, candidate)
-        proposal = self._proposals[trial._trial_id]
-        if proposal is None:  # declined, or fell back: the fallback's own joint sample
-            return self.fallback.sample_relative(study, trial, search_space)
+            if self.suggester is None:
+                proposal: dict[str, Any] | None = self._draw(study, trial, search_space)
+            else:
+                candidate = (self._candidate(study, trial, search_space)
+                             if getattr(self.suggester, "reviews", False) else None)
+                proposal = self._propose(study, trial, candidate)
+                if proposal is None:  # declined, or fell back: the sampler's own config
+                    proposal = self._draw(study, trial, search_space)
+            self._proposals[trial._trial_id] = proposal
+        proposal = self._proposals[trial._trial_id] or {}
         params = _within(proposal, search_space)
         rest = {k: d for k, d in search_space.items() if k not in params}
         if rest:  # what the suggester's space lacks, or has out of the objective's range
@@ -177,17 +183,35 @@ class AgentSampler(BaseSampler):
 
     def _candidate(self, study: optuna.Study, trial: FrozenTrial,
                    search_space: dict[str, BaseDistribution]) -> Candidate:
-        """The fallback sampler's whole config for `trial`, drawn as it would draw it alone
-        (its joint sample, then each other parameter in the space's order), and its state."""
+        """The fallback sampler's config for `trial` (see `_draw`) and its state."""
         from tunepilot.agent.sampler_state import describe_sampler, sampler_name
 
-        params = dict(self.fallback.sample_relative(study, trial, search_space))
-        for name, dist in self.space.distributions().items():
-            if name not in params:
-                params[name] = self.fallback.sample_independent(study, trial, name, dist)
+        params = self._draw(study, trial, search_space)
         sampler = self.fallback
         return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
             sampler, study, self.space, search_space))
+
+    def _draw(self, study: optuna.Study, trial: FrozenTrial,
+              search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        """The fallback sampler's whole config for `trial`, drawn as it would draw it alone
+        (its joint sample, then each other parameter in the space's order); drawn again, with
+        other seeds, while it repeats a config finished or running in the study (the rule the
+        LLM's proposals are refused by, `memory.repeats`): a trial that repeats one teaches
+        nothing. After `_REDRAWS` repeats (a small space, all of it tried) the last is kept."""
+        history: History | None = None
+        sampler = self.fallback
+        for attempt in range(_REDRAWS + 1):
+            params = dict(sampler.sample_relative(study, trial, search_space))
+            for name, dist in self.space.distributions().items():
+                if name not in params:
+                    params[name] = sampler.sample_independent(study, trial, name, dist)
+            history = history or History.from_study(_whole(study), exclude=trial.number)
+            if attempt == _REDRAWS or history.with_config(params, self.space) is None:
+                break
+            if self.fallback_for_trial is not None:  # the same sampler, another seed
+                sampler = self.fallback_for_trial(trial.number + (attempt + 1) * _REDRAW_STRIDE)
+                sampler.before_trial(study, trial)
+        return params
 
     def _propose(self, study: optuna.Study, trial: FrozenTrial,
                  candidate: Candidate | None = None) -> dict[str, Any] | None:
@@ -195,6 +219,7 @@ class AgentSampler(BaseSampler):
         accepted; None when the fallback sampler takes the trial."""
         storage = study._storage
         taken = dict(candidate.params) if candidate is not None else None
+        study = _whole(study)
         # The trial being proposed is RUNNING with no params yet: leave it out.
         history = History.from_study(study, exclude=trial.number)
         for _ in range(_CLASH_ATTEMPTS):
@@ -268,6 +293,12 @@ class AgentSampler(BaseSampler):
             seeded = self.fallback_for_trial
             offset = int(np.random.default_rng().integers(2**31))
             self.fallback_for_trial = lambda number: seeded(number + offset)
+
+
+def _whole(study: optuna.Study) -> optuna.Study:
+    """The study itself where Optuna's Hyperband hands samplers a view of one bracket's trials
+    (which has no user attrs): repeats and the history are the whole study's."""
+    return getattr(study, "_study", study)
 
 
 def _is_enqueued(trial: FrozenTrial) -> bool:

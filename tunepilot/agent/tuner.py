@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -21,7 +21,7 @@ from tunepilot.agent import observer, opening
 from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
-from tunepilot.agent.samplers import make_pruner, optuna_sampler
+from tunepilot.agent.samplers import make_pruner, optuna_sampler, study_seed
 from tunepilot.agent.suggest import AgentSampler, Suggester
 from tunepilot.errors import ConfigError, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
@@ -64,6 +64,7 @@ class Tuner:
         display: Observer | str | None = "auto",
         warm_start: bool = True,
         accept_changes: bool = False,
+        start: Sequence[Mapping[str, Any]] = (),
     ):
         """
         Args:
@@ -78,6 +79,8 @@ class Tuner:
                 `llm_time_share` of the wall time spent waiting for the LLM (default 0.2; 0.05
                 for the embedded model), Optuna takes its turn.
             task: one or two sentences for the LLM about what is trained.
+            start: configs (whole or partial) a new study runs first, after the space's
+                `default` values (trial 0); what a config leaves out, the sampler draws.
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
         if space is None or not space.params:
@@ -112,6 +115,7 @@ class Tuner:
             display = observer.auto_display()
         self.display = display if isinstance(display, Observer) else Observer()
         self.warm_start = warm_start
+        self.start = [self._checked(c, f"start config {i + 1}") for i, c in enumerate(start)]
         self.accept_changes = accept_changes
         self.read_only = False
         self._study: optuna.Study | None = None
@@ -173,21 +177,25 @@ class Tuner:
             fallback, per_trial = None, None
             if isinstance(self.sampler, str):
                 # Seeded by trial number: a resumed search does not replay its proposals, and
-                # parallel workers (each with the same seed) do not replay one another's.
-                name, seed = self.sampler, self.seed
+                # parallel workers (each with the same seed) do not replay one another's; and
+                # by the study's name, so a new study does not replay an old one's draws.
+                name, space = self.sampler, self.space
+                base = None if self.seed is None else study_seed(self.study_name, self.seed)
 
                 def per_trial(number: int) -> optuna.samplers.BaseSampler:
-                    # Spread apart, so seed 1 is not seed 0 shifted by one trial.
-                    return optuna_sampler(name, None if seed is None
-                                          else (seed * 1_000_003 + number) % 2**32)
+                    return optuna_sampler(name, None if base is None else (base + number) % 2**32,
+                                          space=space, number=number, sequence_seed=base,
+                                          trial_s=lambda: History.median_train_s(self.study))
             else:
                 fallback = self.sampler
             study.sampler = AgentSampler(self.space, self.suggester, fallback,
                                          fallback_for_trial=per_trial, lock=self.lock,
                                          on_created=self._created)
-            if self.settings:
-                if done == 0 and self.warm_start:
+            if done == 0 and self.warm_start:  # a new study, opened by its creator
+                if self.settings:
                     opening.warm_start(study, self.storage, self.settings, self.space)
+                opening.first_trials(study, self.space, self.start)
+            if self.settings:
                 if done:
                     opening.check_identity(study, self.settings, self.accept_changes)
                 records.settings(study, self.settings)
@@ -276,16 +284,22 @@ class Tuner:
         """Queues a config you want tried; the next trial runs it (proposer "human"). Parameters
         left out are sampled as usual; values outside the space are refused."""
         self._writable("enqueue")
+        records.enqueue(self.study, self._checked(config, "enqueue"), "human")
+
+    def _checked(self, config: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """The tuned values of `config` snapped into the space; a ConfigError naming `what`."""
         unknown = sorted(set(config) - set(self.space.params) - set(self.space.fixed))
         if unknown:
-            raise ConfigError(f"enqueue: unknown parameters {unknown}; the space has "
-                              f"{sorted(self.space.params)}.")
+            from tunepilot.errors import did_you_mean
+
+            raise ConfigError(f"{what}: unknown parameters {unknown}; the space has "
+                              f"{sorted(self.space.params)}."
+                              f"{did_you_mean(unknown[0], list(self.space.params))}")
         try:
-            checked = {k: self.space.params[k].snap(v) for k, v in config.items()
-                       if k in self.space.params}
+            return {k: self.space.params[k].snap(v) for k, v in config.items()
+                    if k in self.space.params}
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"enqueue: {e}. The space:\n{self.space.describe()}") from None
-        records.enqueue(self.study, checked, "human")
+            raise ConfigError(f"{what}: {e}. The space:\n{self.space.describe()}") from None
 
     def _find_open(self, config: Mapping[str, Any]) -> optuna.Trial:
         number = config.number if isinstance(config, Proposal) else None

@@ -20,7 +20,11 @@ def identity(settings: Mapping[str, Any]) -> dict[str, Any]:
     config, space = settings.get("config"), settings.get("space")
     if not isinstance(config, Mapping) or not isinstance(space, Mapping):
         return {}
-    return {**{k: config.get(k) for k in KEYS}, "space": dict(space), "metric": METRIC}
+    # A parameter's `default` picks trial 0 only: the losses stay comparable without it.
+    params = {name: {k: v for k, v in p.items() if k != "default"} if isinstance(p, Mapping)
+              else p for name, p in (space.get("params") or {}).items()}
+    return {**{k: config.get(k) for k in KEYS}, "space": {**space, "params": params},
+            "metric": METRIC}
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

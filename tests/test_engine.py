@@ -1,0 +1,135 @@
+"""The default search: no wasted trial, the first trial a person's, the sampler chosen by rule
+and named with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+from optuna.samplers import BaseSampler
+
+from tests.conftest import quadratic, run_tune, toy_workdir
+from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
+from tunepilot.agent import samplers
+from tunepilot.agent.suggest import AgentSampler
+from tunepilot.errors import ConfigError
+
+SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
+
+
+def run(study: str, n: int = 6, space: SearchSpace = SPACE, storage: str = "sqlite:///:memory:",
+        fn: Any = quadratic, **kw: Any) -> list[Any]:
+    tuner = Tuner(trainers.callable(fn), space, storage=storage, study=study,
+                  pruner="none", display=None, **kw)
+    return sorted(tuner.run(n_trials=n).history, key=lambda t: t.number)
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "auto", "random"])
+def test_two_studies_with_the_same_seed_draw_different_configs(sampler):
+    a, b = run("first", sampler=sampler, seed=0), run("second", sampler=sampler, seed=0)
+    assert all(ta.params != tb.params for ta, tb in zip(a, b, strict=True))
+    # ... while one study with one seed draws the same again: a benchmark repeats.
+    assert [t.params for t in run("first", sampler=sampler, seed=0)] == [t.params for t in a]
+
+
+class Stubborn(BaseSampler):
+    """Proposes x = 1.5 first on every trial, then random values: a sampler that repeats."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.random = optuna.samplers.RandomSampler(seed=3)
+
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, name, dist):
+        self.calls.append(trial.number)
+        if self.calls.count(trial.number) == 1:
+            return 1.5
+        return self.random.sample_independent(study, trial, name, dist)
+
+
+def test_a_sampler_proposal_equal_to_a_finished_trials_config_is_drawn_again():
+    space = SearchSpace.of(x=Float(-10.0, 10.0))
+    stubborn = Stubborn()
+    study = optuna.create_study(sampler=AgentSampler(space, None, fallback=stubborn))
+    study.optimize(lambda t: quadratic(space.sample(t), lambda e, v: None), n_trials=4)
+    xs = [t.params["x"] for t in study.trials]
+    assert xs[0] == 1.5  # nothing to repeat yet
+    assert 1.5 not in xs[1:] and len(set(xs)) == 4
+    assert stubborn.calls.count(1) == 2  # trial 1: the repeat, then one draw more
+
+
+def test_a_small_space_is_not_spent_on_repeats():
+    space = SearchSpace.of(width=Categorical([16, 32, 64, 128]), depth=Int(1, 2))  # 8 configs
+    trials = run("small", n=6, space=space, sampler="tpe",
+                 fn=lambda config, report: config["width"] / config["depth"])
+    configs = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(set(configs)) == 6
+
+
+def test_the_spaces_defaults_run_as_trial_0_then_the_start_configs():
+    space = SearchSpace.of(x=Float(-10.0, 10.0, default=3.0),
+                           opt=Categorical(["adam", "sgd"], default="sgd"))
+    trials = run("defaults", n=5, space=space, start=[{"x": -4.0, "opt": "adam"}, {"x": 7.0}])
+    assert trials[0].params == {"x": 3.0, "opt": "sgd"}
+    assert trials[1].params == {"x": -4.0, "opt": "adam"}
+    assert trials[2].params["x"] == 7.0  # a partial config: the sampler drew `opt`
+    assert [t.proposer for t in trials[:3]] == ["enqueued"] * 3
+    assert {t.proposer for t in trials[3:]} == {"optuna"}
+
+
+def test_the_defaults_run_once_not_again_on_a_resume(tmp_path):
+    space = SearchSpace.of(x=Float(-10.0, 10.0, default=3.0))
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    run("resumed", n=2, space=space, storage=storage)
+    trials = run("resumed", n=4, space=space, storage=storage)
+    assert [t.params["x"] for t in trials].count(3.0) == 1
+
+
+def test_a_default_outside_the_range_and_a_misspelt_start_config_are_refused():
+    with pytest.raises(ValueError, match="default 2.0 is not in the range: 2 is outside"):
+        Float(0.0, 1.0, default=2.0)
+    with pytest.raises(ConfigError, match=r"start config 1: unknown parameters \['xx'\].*"
+                                          r"Did you mean 'x'"):
+        Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
+              start=[{"xx": 1.0}], display=None)
+
+
+def test_the_default_space_of_the_built_in_task_declares_a_first_config():
+    defaults = trainers.default_space("lightning").defaults()
+    assert defaults["lr"] == 1e-3 and defaults["batch_size"] == 1024
+    assert defaults["dropout"] == 0.1
+
+
+def test_auto_picks_by_the_space_the_trial_and_the_trials_length():
+    numeric = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
+                             act=Categorical(["relu", "tanh"]))
+    choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),
+                             c=Float(0.0, 1.0))
+    start = samplers.AUTO_STARTUP
+    assert samplers.auto_kind(numeric, 0) == samplers.auto_kind(numeric, start - 1) == "sobol"
+    assert samplers.auto_kind(numeric, start, lambda: 60.0) == "gp"
+    assert samplers.auto_kind(numeric, start, lambda: 1.0) == "tpe"  # GP's time > a tenth
+    assert samplers.auto_kind(numeric, samplers.GP_UNTIL, lambda: 60.0) == "tpe"
+    assert samplers.auto_kind(choices, start, lambda: 60.0) == "tpe"
+    assert isinstance(samplers.optuna_sampler("auto", 0, space=numeric, number=start,
+                                              trial_s=lambda: 60.0), optuna.samplers.GPSampler)
+
+
+@pytest.mark.slow
+def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
+    work = toy_workdir(tmp_path, "def f(config, report):\n    return (config['x'] - 2) ** 2\n")
+    out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "6",
+                   "--sampler", "auto", cwd=work)
+    assert out.returncode == 0, out.stderr
+    assert "sampler: auto: the first 5 trials quasi-random (Sobol" in out.stdout
+    assert "Gaussian-process Bayesian optimisation (GP) while a trial trains 15 s" in out.stdout
+    out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
+                   "--sampler", "tpe", "--study", "other", cwd=work)
+    assert "sampler: tpe (--sampler tpe)" in out.stdout
