@@ -133,3 +133,46 @@ def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
                    "--sampler", "tpe", "--study", "other", cwd=work)
     assert "sampler: tpe (--sampler tpe)" in out.stdout
+
+
+def test_a_trial_stops_once_its_loss_has_turned_up_and_keeps_its_best_epoch():
+    seen: list[int] = []
+
+    def overfits(config, report):
+        for epoch, loss in enumerate([0.9, 0.5, 0.6, 0.7, 0.8, 0.9], start=1):
+            seen.append(epoch)
+            report(epoch, loss + config["x"] ** 2)
+        return 0.9
+
+    space = SearchSpace.of(x=Float(-1.0, 1.0, default=0.0))
+    trials = run("overfit", n=1, space=space, fn=overfits)
+    assert seen == [1, 2, 3, 4]  # epochs 3 and 4 brought nothing better than epoch 2
+    assert trials[0].value == 0.5 and trials[0].state == "complete"
+    assert trials[0].train.stopped_early == {"epoch": 4, "best_epoch": 2}
+    seen.clear()
+    trials = run("all-epochs", n=1, space=space, fn=overfits, epoch_patience=0)
+    assert seen == [1, 2, 3, 4, 5, 6] and trials[0].value == 0.5
+
+
+@pytest.mark.slow
+def test_lightning_trials_in_their_own_process_stop_early_and_say_so(tmp_path: Path):
+    """The built-in Lightning trainer, each trial isolated: a config that overfits 4,000 rows
+    at once (the space's declared defaults, trial 0) stops after --epoch-patience epochs
+    without a better loss, kept with its best."""
+    (tmp_path / "es.toml").write_text(
+        'n_trials = 1\nepochs = 8\ndata = "synthetic:4000"\npruner = "none"\n'
+        "isolate = true\n[space]\n"
+        'lr = { type = "float", low = 1e-5, high = 0.1, log = true, default = 0.05 }\n'
+        'batch_size = { type = "categorical", choices = [256, 1024], default = 256 }\n'
+        'dropout = { type = "float", low = 0.0, high = 0.5, default = 0.0 }\n')
+    storage = f"sqlite:///{tmp_path / 'es.db'}"
+    out = run_tune("run", "--config", "es.toml", "--storage", storage, "--sampler", "tpe",
+                   cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    trial = Tuner.load(storage, "lightning-synthetic-4000").study.trials[0]
+    assert trial.params == {"lr": 0.05, "batch_size": 256, "dropout": 0.0}
+    stop = trial.user_attrs["train"]["stopped_early"]
+    curve = [trial.intermediate_values[e] for e in sorted(trial.intermediate_values)]
+    assert stop["epoch"] == len(curve) < 8 and stop["epoch"] - stop["best_epoch"] == 2
+    assert trial.value == min(curve) == curve[stop["best_epoch"] - 1]
+    assert f"stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}" in out.stdout

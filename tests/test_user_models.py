@@ -92,7 +92,8 @@ def test_own_lightning_module_is_tuned(user, storage):
     tuner = Tuner(trainers.lightning(user.make_module), SPACE, storage=storage, study="lit",
                   pruner="none")
     tuner.study.enqueue_trial({"lr": 1e-4})  # a poor start, so improvement is visible
-    result = tuner.run(n_trials=6)
+    # lr >= 0.05 (a fifth of the log range) reaches the noise floor: 11 draws find it
+    result = tuner.run(n_trials=12)
     first = result.history[0]
     assert len(first.curve) == 3
     assert result.best_value < first.value

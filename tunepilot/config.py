@@ -113,6 +113,9 @@ class TuneConfig(BaseModel):
     llm_budget: float | None = Field(None, ge=0.0)  # stop when the study's LLM spend (USD) hits it
     llm_token_budget: int | None = Field(None, ge=1)  # ... or its LLM tokens (in + out) do
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
+    # A trial stops once its validation loss has not improved for this many epochs, kept with
+    # its best epoch (0: off). Two, not one: a single worse epoch is often noise.
+    epoch_patience: int = Field(2, ge=0)
     seed: int = 0
     # A study is one experiment: opening it with another trainer, data, space or fixed setting
     # is refused unless this says the change is deliberate (it is recorded in the study).

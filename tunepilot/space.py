@@ -261,6 +261,20 @@ class SearchSpace(BaseModel):
         fixed = {k: v for k, v in self.fixed.items() if k not in other.params}
         return SearchSpace(params={**params, **other.params}, fixed={**fixed, **other.fixed})
 
+    def checked(self, config: Mapping[str, Any], what: str) -> dict[str, Any]:
+        """The tuned values of a whole or partial `config` snapped into the space (fixed
+        settings it repeats are left out); a ConfigError that names `what` and the fix."""
+        unknown = sorted(set(config) - set(self.params) - set(self.fixed))
+        if unknown:
+            from tunepilot.errors import did_you_mean
+
+            raise ConfigError(f"{what}: unknown parameters {unknown}; the space has "
+                              f"{sorted(self.params)}.{did_you_mean(unknown[0], self.params)}")
+        try:
+            return {k: self.params[k].snap(v) for k, v in config.items() if k in self.params}
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{what}: {e}. The space:\n{self.describe()}") from None
+
     def defaults(self) -> dict[str, Any]:
         """The parameters' declared defaults (`default = ...`), snapped into the space: the
         config of trial 0 of a new study (what it leaves out, the sampler draws)."""

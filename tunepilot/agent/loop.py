@@ -17,7 +17,12 @@ from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.runtime import interrupts
-from tunepilot.trainers.base import TrainResult, check_finite, release_device_memory
+from tunepilot.trainers.base import (
+    StoppedEarly,
+    TrainResult,
+    check_finite,
+    release_device_memory,
+)
 
 if TYPE_CHECKING:
     from tunepilot.agent.tuner import Tuner
@@ -65,19 +70,31 @@ class Loop:
         tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
                                   History.proposer_of(storage, trial._trial_id))
 
+        curve: list[float] = []
+
         def report(epoch: int, val_loss: float) -> None:
             interrupts.check()
             check_finite(epoch, val_loss)
             trial.report(val_loss, epoch)
+            curve.append(float(val_loss))
             tuner.display.epoch(trial.number, epoch, val_loss)
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
+            best = curve.index(min(curve)) + 1
+            if tuner.epoch_patience and len(curve) - best >= tuner.epoch_patience:
+                raise StoppedEarly(len(curve), best, tuner.epoch_patience)
 
         assert tuner.trainer is not None  # run() refuses to start without one
+        start = time.perf_counter()
+        stopped: StoppedEarly | None = None
         try:
             result = tuner.trainer(config, report)
         except optuna.TrialPruned:
             raise
+        except StoppedEarly as e:
+            # The trainer let it through: the trial is its epochs so far, the best one kept.
+            stopped = e
+            result = TrainResult(min(curve), tuple(curve), time.perf_counter() - start)
         except ConfigError as e:
             # Bad input fails every trial alike: stop the search and tell the person.
             self.fatal = e
@@ -110,6 +127,8 @@ class Loop:
             # The GPUs this worker was pinned to (`tune run --n-workers` on a GPU machine).
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "versions": versions(),
+            **({"stopped_early": {"epoch": stopped.epoch, "best_epoch": stopped.best_epoch}}
+               if stopped is not None else {}),
         })
         return result.best_val_loss
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import optuna
+from optuna.samplers import BaseSampler
 
 from tunepilot.config import PRUNERS, SAMPLERS
 from tunepilot.errors import ConfigError, did_you_mean
@@ -22,6 +23,20 @@ def study_seed(study: str, seed: int) -> int:
     base + N, so two studies with the same `--seed` never replay each other's draws, and seed 1
     is not seed 0 shifted by one trial."""
     return (zlib.crc32(study.encode()) * 65_537 + seed * 1_000_003) % 2**32
+
+
+def per_trial_sampler(name: str, study: str, seed: int | None, space: SearchSpace,
+                      trial_s: Callable[[], float | None]) -> Callable[[int], BaseSampler]:
+    """Trial number -> the sampler that draws it, seeded by the trial's number (a resumed
+    search does not replay its proposals, nor parallel workers with one seed each other's) and
+    by the study's name (a new study does not replay an old one's)."""
+    base = None if seed is None else study_seed(study, seed)
+
+    def per_trial(number: int) -> BaseSampler:
+        return optuna_sampler(name, None if base is None else (base + number) % 2**32,
+                              space=space, number=number, sequence_seed=base, trial_s=trial_s)
+
+    return per_trial
 
 
 def optuna_sampler(name: str, seed: int | None = None, *, space: SearchSpace | None = None,

@@ -21,7 +21,7 @@ from tunepilot.agent import observer, opening
 from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
-from tunepilot.agent.samplers import make_pruner, optuna_sampler, study_seed
+from tunepilot.agent.samplers import make_pruner, per_trial_sampler
 from tunepilot.agent.suggest import AgentSampler, Suggester
 from tunepilot.errors import ConfigError, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
@@ -65,6 +65,7 @@ class Tuner:
         warm_start: bool = True,
         accept_changes: bool = False,
         start: Sequence[Mapping[str, Any]] = (),
+        epoch_patience: int = 2,
     ):
         """
         Args:
@@ -81,6 +82,8 @@ class Tuner:
             task: one or two sentences for the LLM about what is trained.
             start: configs (whole or partial) a new study runs first, after the space's
                 `default` values (trial 0); what a config leaves out, the sampler draws.
+            epoch_patience: a trial whose validation loss has not improved for this many
+                epochs stops, kept with its best epoch (0: every trial trains all its epochs).
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
         if space is None or not space.params:
@@ -115,8 +118,9 @@ class Tuner:
             display = observer.auto_display()
         self.display = display if isinstance(display, Observer) else Observer()
         self.warm_start = warm_start
-        self.start = [self._checked(c, f"start config {i + 1}") for i, c in enumerate(start)]
+        self.start = [space.checked(c, f"start config {i + 1}") for i, c in enumerate(start)]
         self.accept_changes = accept_changes
+        self.epoch_patience = epoch_patience
         self.read_only = False
         self._study: optuna.Study | None = None
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
@@ -176,16 +180,8 @@ class Tuner:
             done = len(study.get_trials(deepcopy=False))
             fallback, per_trial = None, None
             if isinstance(self.sampler, str):
-                # Seeded by trial number: a resumed search does not replay its proposals, and
-                # parallel workers (each with the same seed) do not replay one another's; and
-                # by the study's name, so a new study does not replay an old one's draws.
-                name, space = self.sampler, self.space
-                base = None if self.seed is None else study_seed(self.study_name, self.seed)
-
-                def per_trial(number: int) -> optuna.samplers.BaseSampler:
-                    return optuna_sampler(name, None if base is None else (base + number) % 2**32,
-                                          space=space, number=number, sequence_seed=base,
-                                          trial_s=lambda: History.median_train_s(self.study))
+                per_trial = per_trial_sampler(self.sampler, self.study_name, self.seed,
+                                              self.space, lambda: History.median_train_s(study))
             else:
                 fallback = self.sampler
             study.sampler = AgentSampler(self.space, self.suggester, fallback,
@@ -284,22 +280,7 @@ class Tuner:
         """Queues a config you want tried; the next trial runs it (proposer "human"). Parameters
         left out are sampled as usual; values outside the space are refused."""
         self._writable("enqueue")
-        records.enqueue(self.study, self._checked(config, "enqueue"), "human")
-
-    def _checked(self, config: Mapping[str, Any], what: str) -> dict[str, Any]:
-        """The tuned values of `config` snapped into the space; a ConfigError naming `what`."""
-        unknown = sorted(set(config) - set(self.space.params) - set(self.space.fixed))
-        if unknown:
-            from tunepilot.errors import did_you_mean
-
-            raise ConfigError(f"{what}: unknown parameters {unknown}; the space has "
-                              f"{sorted(self.space.params)}."
-                              f"{did_you_mean(unknown[0], list(self.space.params))}")
-        try:
-            return {k: self.space.params[k].snap(v) for k, v in config.items()
-                    if k in self.space.params}
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"{what}: {e}. The space:\n{self.space.describe()}") from None
+        records.enqueue(self.study, self.space.checked(config, "enqueue"), "human")
 
     def _find_open(self, config: Mapping[str, Any]) -> optuna.Trial:
         number = config.number if isinstance(config, Proposal) else None

@@ -69,6 +69,9 @@ class TrainInfo:
     peak_memory_mb: float | None = None
     device: str | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
+    # {"epoch", "best_epoch"}: the trial stopped once its loss had not improved for the epoch
+    # patience (`--epoch-patience`); None when it trained all its epochs
+    stopped_early: Mapping[str, int] | None = None
 
     @classmethod
     def from_attr(cls, value: Any) -> TrainInfo | None:
@@ -76,4 +79,5 @@ class TrainInfo:
             return None
         return cls(wall_time_s=value.get("wall_time_s"), samples_per_s=value.get("samples_per_s"),
                    peak_memory_mb=value.get("peak_memory_mb"), device=value.get("device"),
-                   versions=dict(value.get("versions") or {}))
+                   versions=dict(value.get("versions") or {}),
+                   stopped_early=value.get("stopped_early"))

@@ -18,11 +18,23 @@ from tunepilot.errors import Diverged
 class Report(Protocol):
     """Called by a trainer after each epoch with that epoch's validation loss.
 
-    Raises `optuna.TrialPruned` when the pruner stops the trial, and `Diverged` when the loss is
-    NaN or infinite. Epochs count from 1.
+    Raises `optuna.TrialPruned` when the pruner stops the trial, `StoppedEarly` when the loss
+    has not improved for the search's epoch patience (the trial is kept with its best epoch),
+    and `Diverged` when the loss is NaN or infinite. Epochs count from 1. A trainer lets them
+    all through: the search reads what it needs from the epochs already reported.
     """
 
     def __call__(self, epoch: int, val_loss: float, /) -> None: ...
+
+
+class StoppedEarly(Exception):  # not an error: a trial done sooner
+    """Raised by `report`: the validation loss has not improved for `patience` epochs. The
+    trial completes with its best epoch's loss (Lightning's EarlyStopping, for every trainer)."""
+
+    def __init__(self, epoch: int, best_epoch: int, patience: int):
+        super().__init__(f"stopped after epoch {epoch}: no better validation loss in {patience} "
+                         f"epochs since epoch {best_epoch}")
+        self.epoch, self.best_epoch = epoch, best_epoch
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,9 @@ def trial_line(record: TrialRecord, history: History) -> str:
     if record.state == "pruned":
         state = f"pruned@{len(record.curve)}"
     tail = ""
+    if record.train is not None and record.train.stopped_early:
+        stop = record.train.stopped_early
+        tail = f"  stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}"
     if record.error:
         tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
     duration = f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""

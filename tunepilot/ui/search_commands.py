@@ -41,7 +41,9 @@ def run(
     categorical: Annotated[str | None, typer.Option(
         help="Comma-separated categorical columns of csv/parquet data")] = None,
     strategy: Annotated[str | None, typer.Option(help=" | ".join(STRATEGIES))] = None,
-    sampler: Annotated[str | None, typer.Option(help=" | ".join(SAMPLERS))] = None,
+    sampler: Annotated[str | None, typer.Option(
+        help=" | ".join(SAMPLERS) + " (Optuna's; auto: by the space and the trials' length, "
+        "named with its reason when a run starts) [default: auto]")] = None,
     pruner: Annotated[str | None, typer.Option(
         help=" | ".join(PRUNERS) + " (stop unpromising trials early) [default: median]")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
@@ -78,6 +80,9 @@ def run(
     llm_token_budget: Annotated[int | None, typer.Option(
         help="Stop when the study's LLM tokens (in + out) reach this many")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
+    epoch_patience: Annotated[int | None, typer.Option(
+        help="Stop a trial whose validation loss has not improved for this many epochs, "
+        "keeping its best epoch (0: off) [default: 2]")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Seed of sampler and training [default: 0]")] = None,
     accept_changes: Annotated[bool | None, typer.Option(
