@@ -52,10 +52,11 @@ STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid", "review")
 # STARTUP trials after the default, then every EVERY-th; 0 = never again); the samplers
 # `optuna-tpe` (the peer: a plain `optuna.create_study(sampler=TPESampler(seed=seed))`, as a
 # user of Optuna would run it, not through tunepilot), `gp` (Optuna's GPSampler as it comes),
-# `auto` (tunepilot's --sampler auto on trials long enough for GP) and `sobol-tpe` (the same on
-# short trials: GP left out).
+# `auto` (tunepilot's --sampler auto), and two start-ups tried for it: `sobol-tpe` and
+# `sobol-gp` (4 Sobol points after the default, then TPE or GP from trial 5).
 SAMPLER_STRATEGIES = {"random": "random", "tpe": "tpe", "cmaes": "cmaes", "gp": "gp",
-                      "auto": "auto", "sobol-tpe": "auto"}
+                      "auto": "auto"}
+SOBOL_STARTUP = 5
 TARGET_SCORE = 0.2  # "reached the target": 80% of the way from random search to the optimum
 
 
@@ -355,7 +356,9 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
 
     if strategy == "optuna-tpe":
         return _plain_optuna(task, seed, budget)
-    kind = SAMPLER_STRATEGIES.get(strategy, "tpe")
+    kind: Any = SAMPLER_STRATEGIES.get(strategy, "tpe")
+    if strategy in ("sobol-tpe", "sobol-gp"):
+        kind = _sobol_then(strategy.removeprefix("sobol-"), f"{task.name}-{seed}", seed)
     uses_llm = strategy in ("llm", "hybrid", "review")
     suggester = None
     if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
@@ -379,16 +382,7 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
                   llm_time_share=1.0)
     tuner.enqueue(dict(task.default))
     start = time.perf_counter()
-    from tunepilot.agent import samplers
-
-    before = samplers.GP_MIN_TRIAL_S
-    # Look-ups take no time: `auto` is measured as on trials long enough for GP, `sobol-tpe`
-    # as on short ones.
-    samplers.GP_MIN_TRIAL_S = math.inf if strategy == "sobol-tpe" else 0.0
-    try:
-        result = tuner.run(n_trials=budget)
-    finally:
-        samplers.GP_MIN_TRIAL_S = before
+    result = tuner.run(n_trials=budget)
     seconds = time.perf_counter() - start
     trials = sorted(result.history, key=lambda t: t.number)
     values = [t.value if t.value is not None else math.inf for t in trials]
@@ -398,6 +392,32 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     return Run(task.name, strategy, seed, values, [dict(t.params) for t in trials],
                [t.proposer for t in trials], seconds, reviews,
                _model_name(llm) if uses_llm or strategy.startswith("hybrid:") else "none")
+
+
+def _sobol_then(model: str, study: str, seed: int) -> Callable[[int], Any]:
+    """Trial number -> sampler: scrambled Sobol points (one sequence per study) before trial
+    SOBOL_STARTUP, then TPE (tunepilot's settings) or GP, seeded as the product seeds."""
+    import optuna
+
+    from tunepilot.agent.samplers import study_seed
+
+    base = study_seed(study, seed)
+
+    def per_trial(number: int) -> Any:
+        own = (base + number) % 2**32
+        if number < SOBOL_STARTUP:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.samplers.QMCSampler(
+                    qmc_type="sobol", scramble=True, seed=base, warn_independent_sampling=False,
+                    warn_asynchronous_seeding=False)
+        if model == "gp":
+            return optuna.samplers.GPSampler(seed=own, n_startup_trials=SOBOL_STARTUP,
+                                             warn_independent_sampling=False)
+        return optuna.samplers.TPESampler(seed=own, multivariate=True, constant_liar=True,
+                                          n_startup_trials=SOBOL_STARTUP)
+
+    return per_trial
 
 
 def _plain_optuna(task: Task, seed: int, budget: int) -> Run:

@@ -1,92 +1,148 @@
-"""Time to a target on the built-in task: `auto` (what `tune run` does with the embedded model)
-against `--strategy optuna`, seed by seed, side by side in one run.
+"""Time to a target on the built-in task: Optuna as its users run it, tunepilot before this
+round's engine, and tunepilot's default, seed by seed, side by side in one run.
 
-    python bench/time_to_target.py [--target 0.403] [--n-trials 30] [--seeds 0 1 2 3 4]
+    python bench/time_to_target.py [--target 0.403] [--n-trials 30] [--seeds 10]
 
-Each run is `tune run --target T --n-trials N --seed S [--strategy optuna]` built through the
-same config path as the CLI (`from_config`), on a fresh SQLite study in a temporary directory.
-"Time to target": seconds from the run's first trial start to the end of the first trial whose
-validation loss is at or under the target; "missed" when none of the N trials reached it.
+- `optuna`: the peer, built with Optuna's own defaults and not through tunepilot:
+  `optuna.create_study(sampler=TPESampler(seed=seed), pruner=MedianPruner())` over the built-in
+  space, each trial the built-in Lightning trainer reporting every epoch to `trial.report`.
+- `before`: `tune run` as it was: `--sampler tpe`, no default config, every epoch trained
+  (`--epoch-patience 0`).
+- `default`: `tune run` today: `--sampler auto`, the space's defaults as trial 0, a trial stopped
+  after 2 epochs without a better loss.
+- `auto`, `defaults`, `patience` (with `--steps`): `before` with one of the three changes.
+
+The tunepilot runs go through the CLI's config path (`from_config`) on a fresh SQLite study in a
+temporary directory, with no LLM (`--strategy optuna`). "Time to target": seconds from the run's
+first trial start to the end of the first trial whose validation loss is at or under the
+target; "missed" when none of the N trials reached it.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import optuna
 
+from tunepilot import SearchSpace, trainers
 from tunepilot.agent import studies
 from tunepilot.agent.build import from_config
 from tunepilot.config import TuneConfig
 from tunepilot.memory import History
 
-STRATEGIES = ("auto", "optuna")
+VARIANTS = ("optuna", "before", "default")
+STEPS = ("auto", "defaults", "patience")
 
 
-def one_run(strategy: str, seed: int, target: float, n_trials: int) -> dict:
+def _no_defaults() -> dict[str, Any]:
+    """The built-in space with its `default`s taken out (the space as it was)."""
+    space = trainers.default_space("lightning")
+    return {name: {k: v for k, v in p.model_dump().items() if k != "default"}
+            for name, p in space.params.items()}
+
+
+def tunepilot_run(variant: str, seed: int, target: float, n_trials: int) -> dict[str, Any]:
+    before = {"sampler": "tpe", "space": _no_defaults(), "epoch_patience": 0}
+    settings = {"default": {}, "before": before,
+                "auto": {**before, "sampler": "auto"},
+                "defaults": {**before, "space": {}},
+                "patience": {**before, "epoch_patience": 2}}[variant]
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = TuneConfig(strategy=strategy, seed=seed, target=target, n_trials=n_trials,
-                         storage=f"sqlite:///{tmp}/s.db")
-        tuner, notes = from_config(cfg)
+        cfg = TuneConfig(strategy="optuna", seed=seed, target=target, n_trials=n_trials,
+                         storage=f"sqlite:///{tmp}/s.db", **settings)
+        tuner, _ = from_config(cfg)
         began = time.monotonic()
         studies.run(tuner, cfg)
         wall = time.monotonic() - began
         history = History.from_study(tuner.study)
     start = min(t.start for t in history if t.start is not None)
     done = sorted((t for t in history.completed() if t.end is not None), key=lambda t: t.end)
-    hit = next((t for t in done if t.value <= target), None)
+    hit = next((t for t in done if t.value is not None and t.value <= target), None)
     return {"reached_s": None if hit is None else hit.end - start,
             "reached_trial": None if hit is None else hit.number + 1,
-            "best": min((t.value for t in done), default=float("nan")),
+            "best": min((t.value for t in done if t.value is not None), default=math.nan),
             "trials": len(history.finished()), "wall_s": wall,
-            "llm_turns": sum(1 for t in history if t.llm),
-            "llm_s": history.llm_seconds(),
-            "overrides": history.overrides(),
-            "strategy_line": next((n for n in notes if n.startswith("strategy")), "")}
+            "stopped_early": sum(1 for t in history if t.train and t.train.stopped_early)}
+
+
+def optuna_run(seed: int, target: float, n_trials: int, data: Any) -> dict[str, Any]:
+    space = SearchSpace.of(epochs=3, seed=0).merged(trainers.default_space("lightning"))
+    train = trainers.ctr_lightning(data)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed),
+                                pruner=optuna.pruners.MedianPruner())
+    ends: dict[int, float] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        def report(epoch: int, loss: float) -> None:
+            trial.report(loss, epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
+        value = train(space.sample(trial), report).best_val_loss
+        ends[trial.number] = time.monotonic()
+        return value
+
+    def stop_at_target(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.value is not None and trial.value <= target:
+            study.stop()
+
+    began = time.monotonic()
+    study.optimize(objective, n_trials=n_trials, callbacks=[stop_at_target])
+    wall = time.monotonic() - began
+    hit = next((t for t in study.trials if t.value is not None and t.value <= target), None)
+    values = [t.value for t in study.trials if t.value is not None]
+    return {"reached_s": None if hit is None else ends[hit.number] - began,
+            "reached_trial": None if hit is None else hit.number + 1,
+            "best": min(values, default=math.nan), "trials": len(study.trials), "wall_s": wall,
+            "stopped_early": 0}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=float, default=0.403)
     parser.add_argument("--n-trials", type=int, default=30)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 [10]")
+    parser.add_argument("--steps", action="store_true",
+                        help="also `before` with each of the three changes alone")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds {args.seeds}; "
+    variants = VARIANTS + (STEPS if args.steps else ())
+    print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds 0..{args.seeds - 1}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
-    results: dict[str, list[dict]] = {s: [] for s in STRATEGIES}
-    for seed in args.seeds:
-        for strategy in STRATEGIES:
-            r = one_run(strategy, seed, args.target, args.n_trials)
-            results[strategy].append(r)
+    data = trainers.load_data("synthetic")
+    # One epoch first, so no variant's first trial pays for importing Lightning.
+    trainers.ctr_lightning(data)({"epochs": 1}, trainers.no_report)
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
+    for seed in range(args.seeds):
+        for variant in variants:
+            r = (optuna_run(seed, args.target, args.n_trials, data) if variant == "optuna"
+                 else tunepilot_run(variant, seed, args.target, args.n_trials))
+            results[variant].append(r)
             reached = (f"{r['reached_s']:.0f} s (trial {r['reached_trial']})"
                        if r["reached_s"] is not None else "missed")
-            print(f"seed {seed} {strategy:>6}: target {reached:>16}, best {r['best']:.4f}, "
-                  f"{r['trials']} trials in {r['wall_s']:.0f} s; LLM {r['llm_turns']} turns "
-                  f"{r['llm_s']:.0f} s, {r['overrides']} overrides", flush=True)
-    print("\nstrategy   reached   median time (reached runs)   median trials   mean wall   "
-          "LLM s / run")
-    for strategy, rs in results.items():
+            print(f"seed {seed} {variant:>8}: target {reached:>16}, best {r['best']:.4f}, "
+                  f"{r['trials']} trials in {r['wall_s']:.0f} s, {r['stopped_early']} stopped "
+                  "early", flush=True)
+    print("\n| variant | reached | median time (a miss = never) | median time, reached runs | "
+          "median trials, reached runs | mean wall |\n|---|---|---|---|---|---|")
+    for variant, rs in results.items():
         times = [r["reached_s"] for r in rs if r["reached_s"] is not None]
         trials = [r["reached_trial"] for r in rs if r["reached_trial"] is not None]
-        print(f"{strategy:<9}  {len(times)} of {len(rs)}   "
-              f"{f'{statistics.median(times):.0f} s' if times else '-':>10}                  "
-              f"{f'{statistics.median(trials):.0f}' if trials else '-':>6}        "
-              f"{statistics.mean(r['wall_s'] for r in rs):6.0f} s   "
-              f"{statistics.mean(r['llm_s'] for r in rs):6.0f}")
-    # Counting a miss as the whole run's wall time, the median over all seeds:
-    for strategy, rs in results.items():
-        all_times = [r["reached_s"] if r["reached_s"] is not None else float("inf") for r in rs]
-        print(f"{strategy}: median time to target over all seeds (a miss = never): "
-              f"{statistics.median(all_times):.0f} s")
-    print(f"\n{results['auto'][0]['strategy_line']}")
+        every = statistics.median(r["reached_s"] if r["reached_s"] is not None else math.inf
+                                  for r in rs)
+        print(f"| {variant} | {len(times)} of {len(rs)} | {every:.0f} s | "
+              f"{f'{statistics.median(times):.0f} s' if times else '-'} | "
+              f"{statistics.median(trials) if trials else '-'} | "
+              f"{statistics.mean(r['wall_s'] for r in rs):.0f} s |")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_the_default_does_not_spend_turns_on_the_embedded_model(tmp_path, model_
     proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "2",
                     "--trainer", "jax", "--storage", "sqlite:///s.db", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "strategy: optuna (tpe sampler, seed 0): Optuna proposes every trial" in proc.stdout
+    assert "strategy: optuna (auto sampler, seed 0): Optuna proposes every trial" in proc.stdout
     assert "only the embedded demonstration model (SmolLM2-135M)" in proc.stdout
     assert "--strategy review asks it anyway" in proc.stdout
     assert "LLM: asked" not in proc.stdout

@@ -81,7 +81,7 @@ class TuneConfig(BaseModel):
     # auto: review when an LLM is configured (--llm), otherwise optuna; optuna too when
     # --llm auto finds only the embedded demonstration model (strategies.agent says why)
     strategy: str = "auto"  # one of STRATEGIES
-    sampler: str = "tpe"  # one of SAMPLERS
+    sampler: str = "auto"  # one of SAMPLERS; auto: by the space (samplers.auto_kind)
     pruner: str = "median"  # one of PRUNERS
     llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
     llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
@@ -239,6 +239,7 @@ def starter(trainer: str = "lightning") -> str:
     data = ('data = "synthetic"             # synthetic[:ROWS] | criteo:PATH | csv:PATH | '
             'parquet:PATH\n') if builtin else ""
     batch = "[256, 512, 1024, 2048, 4096]" if builtin else "[16, 32, 64, 128, 256]"
+    batch_default = 1024 if builtin else 64
     target = "0.40" if builtin else "0.0"
     return f'''# tune.toml: what `tune run --config tune.toml` searches. Flags override this file.
 trainer = "{trainer}"
@@ -246,15 +247,24 @@ trainer = "{trainer}"
 timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
 # target = {target}                 # stop as soon as a trial's validation loss is <= this
 pruner = "median"                # {" | ".join(PRUNERS)}
+sampler = "auto"                 # {" | ".join(SAMPLERS)} (auto: by the space, says why)
+# epoch_patience = 2             # stop a trial after this many epochs without a better loss
 storage = "{DEFAULT_STORAGE}"  # or postgresql://USER@HOST/DB for several workers
 
 [space]
 # Tuned parameters: float / int (low, high, optional log and step) or categorical (choices).
-lr = {{ type = "float", low = 1e-5, high = 1e-1, log = true }}
-batch_size = {{ type = "categorical", choices = {batch} }}
+# `default`: trial 0 of a new study, what you would try first.
+lr = {{ type = "float", low = 1e-5, high = 1e-1, log = true, default = 1e-3 }}
+batch_size = {{ type = "categorical", choices = {batch}, default = {batch_default} }}
 # bf16: GPUs and CPUs with AVX512-BF16 or AMX (emulated, slow, elsewhere); + "16-mixed" on CUDA
-precision = {{ type = "categorical", choices = ["32-true", "bf16-mixed"] }}
-dropout = {{ type = "float", low = 0.0, high = 0.5 }}
+precision = {{ type = "categorical", choices = ["32-true", "bf16-mixed"], default = "32-true" }}
+dropout = {{ type = "float", low = 0.0, high = 0.5, default = 0.1 }}
 # Fixed settings: a plain value. Every trial trains this many epochs.
 epochs = 3
+
+# Configs to run first on a new study, after the defaults (whole or partial: the sampler draws
+# what one leaves out).
+# [[start]]
+# lr = 3e-3
+# batch_size = 512
 '''

@@ -33,7 +33,7 @@ from tunepilot.memory import redact
 
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
           target: float | None = None, attempts: int = 3,
-          optuna_line: str = "tpe sampler", llm_time_share: float | None = None,
+          optuna_line: str = "auto sampler", llm_time_share: float | None = None,
           max_override_share: float = OVERRIDE_SHARE) -> tuple[Suggester | None, Any, str]:
     """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
     suggester inside it (None without a model), and a line saying what was chosen and why.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -30,6 +30,8 @@ from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
 __all__ = ["Proposal", "TuneResult", "Tuner"]
+
+PerTrial = Callable[[int], optuna.samplers.BaseSampler]  # trial number -> the sampler drawing it
 
 class Tuner:
     """Tunes `trainer` over `space`, remembering every trial in an Optuna study.
@@ -57,7 +59,7 @@ class Tuner:
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
         study: str = "tunepilot",
         suggester: Suggester | None = None,
-        sampler: str | optuna.samplers.BaseSampler = "tpe",
+        sampler: str | optuna.samplers.BaseSampler | PerTrial = "auto",
         pruner: str | optuna.pruners.BasePruner = "median",
         seed: int | None = 0,
         settings: Mapping[str, Any] | None = None,
@@ -80,6 +82,8 @@ class Tuner:
                 `llm_time_share` of the wall time spent waiting for the LLM (default 0.2; 0.05
                 for the embedded model), Optuna takes its turn.
             task: one or two sentences for the LLM about what is trained.
+            sampler: a name ("auto", "tpe", "cmaes", "gp", "random": seeded by `seed`, the
+                study's name and the trial), an Optuna sampler, or trial number -> sampler.
             start: configs (whole or partial) a new study runs first, after the space's
                 `default` values (trial 0); what a config leaves out, the sampler draws.
             epoch_patience: a trial whose validation loss has not improved for this many
@@ -181,7 +185,9 @@ class Tuner:
             fallback, per_trial = None, None
             if isinstance(self.sampler, str):
                 per_trial = per_trial_sampler(self.sampler, self.study_name, self.seed,
-                                              self.space, lambda: History.median_train_s(study))
+                                              self.space)
+            elif not isinstance(self.sampler, optuna.samplers.BaseSampler):
+                per_trial = self.sampler  # trial number -> sampler
             else:
                 fallback = self.sampler
             study.sampler = AgentSampler(self.space, self.suggester, fallback,

@@ -203,17 +203,6 @@ class History(Sequence[TrialRecord]):
         return (storage.get_trial_user_attrs(trial_id).get(attrs.LLM) or {}).get(attrs.RATIONALE)
 
     @staticmethod
-    def median_train_s(study: optuna.Study) -> float | None:
-        """The median training time of `study`'s complete trials, None before the first (one
-        read of the trials, not a whole history)."""
-        from optuna.trial import TrialState
-
-        times = sorted(t.user_attrs[attrs.TRAIN]["wall_time_s"]
-                       for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                       if "wall_time_s" in (t.user_attrs.get(attrs.TRAIN) or {}))
-        return times[len(times) // 2] if times else None
-
-    @staticmethod
     def error_of(trial: FrozenTrial) -> Mapping[str, str] | None:
         """The error tunepilot recorded on `trial`, if any."""
         return trial.user_attrs.get(attrs.ERROR)
