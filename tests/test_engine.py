@@ -197,3 +197,21 @@ def test_the_readmes_config_file_runs_its_defaults_then_its_start_config(tmp_pat
     assert queued[0].get("precision", "32-true") == "32-true"
     assert queued[1] == {"lr": 3e-3, "hidden": "400-400-400"}
     assert any(n.startswith("sampler: auto: CMA-ES") for n in notes)
+
+
+@pytest.mark.parametrize(("flag", "says"), [
+    (["--target", "inf"], "with inf the search would stop after its first trial"),
+    (["--target", "nan"], "with nan the search would never stop on it"),
+    (["--llm-base-url", "http://"], "the LLM server's URL names no host after its scheme, e.g. "
+                                    "http://127.0.0.1:8080/v1"),
+])
+def test_a_wrong_flag_is_told_what_is_wrong_with_it(tmp_path: Path, flag, says):
+    out = run_tune("run", *flag, cwd=tmp_path)
+    assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+def test_tune_version_prints_the_version(tmp_path: Path):
+    from importlib.metadata import version
+
+    out = run_tune("--version", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == f"tunepilot {version('tunepilot')}"

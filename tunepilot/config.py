@@ -135,16 +135,20 @@ class TuneConfig(BaseModel):
     @classmethod
     def _finite_target(cls, v: float | None) -> float | None:
         if v is not None and not math.isfinite(v):
-            raise ValueError("the target must be a finite loss, e.g. 0.40 (no loss is ever <= "
-                             "nan, so the search would never stop on it)")
+            raise ValueError(f"the target must be a finite loss, e.g. 0.40; with {v} the search "
+                             + ("would stop after its first trial (every loss is under it)"
+                                if v > 0 else "would never stop on it (no loss is at or under "
+                                "it)"))
         return v
 
     @field_validator("llm_base_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"https?://[^/\s]+", v):
-            raise ValueError("the LLM server's URL must start with http:// or https://, e.g. "
-                             "http://127.0.0.1:8080/v1")
+            raise ValueError(("the LLM server's URL names no host after its scheme"
+                              if re.match(r"https?://", v) else
+                              "the LLM server's URL must start with http:// or https://")
+                             + ", e.g. http://127.0.0.1:8080/v1")
         return v
 
     @field_validator("categorical", "track", mode="before")

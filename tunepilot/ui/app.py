@@ -19,8 +19,9 @@ from tunepilot.memory.store import DEFAULT_STORAGE
 app = typer.Typer(
     name="tune",
     help="tunepilot: an LLM-driven hyperparameter tuning agent (Optuna fallback).\n\n"
-    "Quick demo: `tune run` tunes a CTR model on synthetic data in about 1.5 minutes, with the "
-    "embedded LLM (or OpenAI when OPENAI_API_KEY is set) and Optuna taking turns.",
+    "Quick demo: `tune run` tunes a CTR model on synthetic data (a minute or two on a laptop's "
+    "CPU). Without OPENAI_API_KEY Optuna proposes every trial; with it, gpt-4o-mini reviews "
+    "Optuna's candidates. The first lines of a run say which, and why.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

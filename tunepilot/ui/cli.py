@@ -19,6 +19,20 @@ from tunepilot.ui.app import EXIT_INTERRUPTED, app
 __all__ = ["app", "main"]
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tunepilot {version('tunepilot')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print tunepilot's version and exit")) -> None:
+    """tunepilot: an LLM-driven hyperparameter tuning agent."""
+
+
 def main() -> None:
     try:
         app()

@@ -106,7 +106,8 @@ def _llm_line(history: History) -> str | None:
     if fell_back:
         line += f"; {fell_back} fell back to the sampler (no valid answer)"
     if skipped:
-        line += (f"; {skipped} turns went to the sampler past its share of the wall time "
+        line += (f"; {skipped} turn{'s' if skipped != 1 else ''} went to the sampler past its "
+                 "share of the wall time "
                  "(llm_time_share)")
     return line
 
