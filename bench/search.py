@@ -53,7 +53,8 @@ STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid", "review")
 # `optuna-tpe` (the peer: a plain `optuna.create_study(sampler=TPESampler(seed=seed))`, as a
 # user of Optuna would run it, not through tunepilot), `gp` (Optuna's GPSampler as it comes),
 # `auto` (tunepilot's --sampler auto), and two start-ups tried for it: `sobol-tpe` and
-# `sobol-gp` (4 Sobol points after the default, then TPE or GP from trial 5).
+# `sobol-gp` (4 Sobol points after the default, then TPE or GP from trial 5), and
+# `cmaes-tpe:K` (CMA-ES before trial K, TPE from it: `auto` with CMAES_UNTIL = K).
 SAMPLER_STRATEGIES = {"random": "random", "tpe": "tpe", "cmaes": "cmaes", "gp": "gp",
                       "auto": "auto"}
 SOBOL_STARTUP = 5
@@ -359,6 +360,8 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
     kind: Any = SAMPLER_STRATEGIES.get(strategy, "tpe")
     if strategy in ("sobol-tpe", "sobol-gp"):
         kind = _sobol_then(strategy.removeprefix("sobol-"), f"{task.name}-{seed}", seed)
+    if strategy.startswith("cmaes-tpe:"):
+        kind = _cmaes_until(int(strategy.split(":")[1]), task, seed)
     uses_llm = strategy in ("llm", "hybrid", "review")
     suggester = None
     if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
@@ -418,6 +421,15 @@ def _sobol_then(model: str, study: str, seed: int) -> Callable[[int], Any]:
                                           n_startup_trials=SOBOL_STARTUP)
 
     return per_trial
+
+
+def _cmaes_until(switch: int, task: Task, seed: int) -> Callable[[int], Any]:
+    """`auto`'s rule with another switch from CMA-ES to TPE, seeded as the product seeds."""
+    from tunepilot.agent import samplers
+
+    auto = samplers.per_trial_sampler("auto", f"{task.name}-{seed}", seed, task.space)
+    tpe = samplers.per_trial_sampler("tpe", f"{task.name}-{seed}", seed, task.space)
+    return lambda number: auto(number) if number < switch else tpe(number)
 
 
 def _plain_optuna(task: Task, seed: int, budget: int) -> Run:
