@@ -222,7 +222,7 @@ def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
     with ScriptedLLMServer(responder) as server:
         proc = run_tune("run", "--llm", "openai:gpt-4o-mini", "--llm-base-url", server.base_url,
                         "--strategy", "llm", "--data", "synthetic:4000", "--epochs", "1",
-                        "--n-trials", "3", "--trainer", "jax", "--storage", "sqlite:///s.db",
+                        "--n-trials", "4", "--trainer", "jax", "--storage", "sqlite:///s.db",
                         cwd=tmp_path, env={"OPENAI_API_KEY": "sk-secret-should-not-leak"})
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "strategy: llm (gpt-4o-mini at http://127.0.0.1" in proc.stdout
@@ -230,7 +230,10 @@ def test_cli_run_with_an_llm_on_the_builtin_task(tmp_path):
     assert show.stdout.count(" llm ") >= 3, show.stdout
     assert "agent's notes:\nbatch 512 is a safe default" in show.stdout
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
-    for trial in study.trials:
+    # Trial 0 is the built-in space's default config, under every strategy; then the LLM's.
+    assert study.trials[0].user_attrs["proposer"] == "enqueued"
+    assert study.trials[0].params == {"lr": 1e-3, "batch_size": 1024, "dropout": 0.1}
+    for trial in study.trials[1:]:
         assert trial.user_attrs["proposer"] == "llm"
         assert trial.user_attrs["llm"]["rationale"] == "moderate lr for Adam on CTR"
         assert trial.user_attrs["llm"]["tokens_in"] > 0

@@ -59,9 +59,11 @@ def llama_server(model_path):
 
 
 def check_llm_trials(storage, n):
+    """n trials: the space's default config first (every strategy runs it), then the LLM's."""
     study = load_study(storage, None)
     assert len(study.trials) == n
-    for t in study.trials:
+    assert study.trials[0].user_attrs["proposer"] == "enqueued"
+    for t in study.trials[1:]:
         assert t.state.name == "COMPLETE", t
         proposer = t.user_attrs["proposer"]
         assert proposer in ("llm", "fallback")
@@ -74,7 +76,7 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     # Asked for by name (--strategy review) and its share of the time lifted, the embedded
     # model reviews every candidate.
-    proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "3",
+    proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "4",
                     "--trainer", "jax", "--storage", "sqlite:///s.db", "--llm-time-share", "1",
                     "--strategy", "review", cwd=tmp_path, env={"OPENAI_API_KEY": ""} | env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -82,7 +84,8 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     assert "small demonstration model" in proc.stdout
     assert "strategy: review (Optuna's" in proc.stdout
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
-    for t in study.trials:  # the model read TPE's candidate and answered (tokens came back)
+    assert study.trials[0].user_attrs["proposer"] == "enqueued"  # the space's defaults
+    for t in study.trials[1:]:  # the model read the sampler's candidate and answered
         assert t.user_attrs["llm"]["tokens_out"] > 0, t.user_attrs
         assert t.user_attrs.get("review") or t.user_attrs["proposer"] == "fallback"
     assert "LLM: asked on 3 trials" in proc.stdout
@@ -103,7 +106,7 @@ def test_the_default_does_not_spend_turns_on_the_embedded_model(tmp_path, model_
     assert "--strategy review asks it anyway" in proc.stdout
     assert "LLM: asked" not in proc.stdout
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
-    assert [t.user_attrs["proposer"] for t in study.trials] == ["optuna", "optuna"]
+    assert [t.user_attrs["proposer"] for t in study.trials] == ["enqueued", "optuna"]
     assert not any("llm" in t.user_attrs for t in study.trials)
 
 
@@ -143,10 +146,10 @@ def test_tune_through_llama_cpp_openai_server(tmp_path, llama_server):
     # time is lifted, so that every trial asks the server.
     proc = run_tune("run", "--llm", "openai:smollm2", "--llm-base-url", llama_server,
                     "--strategy", "llm", "--data", "synthetic:4000", "--epochs", "1",
-                    "--n-trials", "3", "--trainer", "jax", "--storage", "sqlite:///s.db",
+                    "--n-trials", "4", "--trainer", "jax", "--storage", "sqlite:///s.db",
                     "--llm-time-share", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    check_llm_trials(f"sqlite:///{tmp_path / 's.db'}", 3)
+    check_llm_trials(f"sqlite:///{tmp_path / 's.db'}", 4)
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
     # The model answered (tokens came back) even where its answer was refused; a 135M model
     # is not reliable enough to promise that any given answer is valid.

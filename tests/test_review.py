@@ -162,8 +162,9 @@ def test_insights_name_importance_ranges_and_an_lr_pressed_against_the_bound():
     def loss(c, report):  # lower with higher lr, all the way to the bound; width matters little
         return -c["lr"] * 10 + 0.001 * (c["width"] / 512) + (0.0 if c["act"] == "relu" else 0.3)
 
+    # TPE's search (the insights' subject, not the sampler's): it presses lr to the bound
     tuner = Tuner(trainers.callable(loss), space, storage="sqlite:///:memory:", study="i",
-                  pruner="none", display=None)
+                  pruner="none", display=None, sampler="tpe")
     tuner.run(n_trials=40)
     found = insights(History.from_study(tuner.study), space, tuner.study)
     assert set(found.importance) == {"lr", "width", "act"}
@@ -186,7 +187,7 @@ def _bound_study(storage: str):
         return -c["lr"] * 10 + 0.001 * (c["width"] / 512)
 
     tuner = Tuner(trainers.callable(loss), space, storage=storage, study="bound", pruner="none",
-                  display=None, settings={"space": space.model_dump(mode="json")})
+                  display=None, settings={"space": space.model_dump(mode="json")}, sampler="tpe")
     tuner.run(n_trials=30)
     return tuner
 
