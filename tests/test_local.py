@@ -153,4 +153,4 @@ def test_tune_through_llama_cpp_openai_server(tmp_path, llama_server):
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
     # The model answered (tokens came back) even where its answer was refused; a 135M model
     # is not reliable enough to promise that any given answer is valid.
-    assert sum(t.user_attrs["llm"]["tokens_out"] for t in study.trials) > 0
+    assert sum(t.user_attrs["llm"]["tokens_out"] for t in study.trials[1:]) > 0
