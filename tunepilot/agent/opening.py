@@ -35,8 +35,9 @@ def first_trials(study: optuna.Study, space: SearchSpace,
                  start: Sequence[Mapping[str, Any]]) -> None:
     """A new study's first trials, queued after a warm start's: the space's declared defaults
     (what a person would try first), then the `start` configs, each once."""
-    queued: list[Mapping[str, Any]] = [t.params for t in study.get_trials(deepcopy=False)]
-    queued += [t.system_attrs.get("fixed_params", {}) for t in study.get_trials(deepcopy=False)]
+    trials = study.get_trials(deepcopy=False)  # a warm start's queued trial among them
+    queued: list[Mapping[str, Any]] = [t.system_attrs.get("fixed_params") or t.params
+                                       for t in trials]
     defaults = space.defaults()
     for i, config in enumerate(([defaults] if defaults else []) + list(start)):
         if any(dict(config) == dict(q) for q in queued):
