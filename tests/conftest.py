@@ -37,13 +37,35 @@ def server_url(kind: str) -> str:
     import sqlalchemy
 
     url = SERVERS[kind]
+    _SERVER_USED[0] = True
+    engine = sqlalchemy.create_engine(url)
     try:
-        sqlalchemy.create_engine(url).connect().close()
+        engine.connect().close()
     except Exception as e:
         if os.environ.get("CI"):
             raise RuntimeError(f"{kind} at {url} is not reachable in CI: {e}") from e
         pytest.skip(f"no {kind} server reachable at {url} ({type(e).__name__})")
+    finally:
+        engine.dispose()  # its pooled connection closes now, not when garbage is collected
     return url
+
+
+_SERVER_USED = [False]  # a test opened a storage on a database server
+
+
+@pytest.fixture(autouse=True)
+def _server_connections_closed() -> Iterator[None]:
+    """Optuna's RDBStorage sits in a reference cycle: each one a test opens on a database
+    server keeps its pooled connections until the garbage collector runs, which in a long
+    session can be hundreds of tests later. PostgreSQL allows 100 clients (CI failed with "too
+    many clients already" in the last tests of a full run): collected after each test that
+    asked for a server. (Torn down last, after `study_name` deleted its studies.)"""
+    yield
+    if _SERVER_USED[0]:
+        import gc
+
+        _SERVER_USED[0] = False
+        gc.collect()
 
 
 @pytest.fixture(params=["sqlite", "journal", "postgresql", "mysql"])
@@ -67,6 +89,7 @@ def study_name(request: pytest.FixtureRequest) -> Iterator[str]:
     # Server databases outlive the test: leave them as they were.
     import optuna
 
+    _SERVER_USED[0] = True
     for url in SERVERS.values():
         try:
             optuna.delete_study(study_name=name, storage=url)

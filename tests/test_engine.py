@@ -168,7 +168,8 @@ def test_lightning_trials_in_their_own_process_stop_early_and_say_so(tmp_path: P
                    cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     trial = Tuner.load(storage, "lightning-synthetic-4000").study.trials[0]
-    assert trial.params == {"lr": 0.05, "batch_size": 256, "dropout": 0.0}
+    assert trial.params == {"lr": 0.05, "batch_size": 256, "dropout": 0.0,
+                            "precision": "32-true"}  # the built-in space's default
     stop = trial.user_attrs["train"]["stopped_early"]
     curve = [trial.intermediate_values[e] for e in sorted(trial.intermediate_values)]
     assert stop["epoch"] == len(curve) < 8 and stop["epoch"] - stop["best_epoch"] == 2

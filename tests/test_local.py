@@ -74,10 +74,10 @@ def check_llm_trials(storage, n):
 
 def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    # Asked for by name (--strategy review) and its share of the time lifted, the embedded
-    # model reviews every candidate.
+    # Asked for by name (--strategy review), the embedded model reviews every candidate, though
+    # its turns take longer than these trials: no time share caps what a person named.
     proc = run_tune("run", "--data", "synthetic:4000", "--epochs", "1", "--n-trials", "4",
-                    "--trainer", "jax", "--storage", "sqlite:///s.db", "--llm-time-share", "1",
+                    "--trainer", "jax", "--storage", "sqlite:///s.db",
                     "--strategy", "review", cwd=tmp_path, env={"OPENAI_API_KEY": ""} | env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no OPENAI_API_KEY, so the embedded model" in proc.stdout
@@ -91,6 +91,22 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     assert "LLM: asked on 3 trials" in proc.stdout
     show = run_tune("show", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert show.returncode == 0 and " optuna " in show.stdout  # accepted: the sampler's
+
+
+def test_a_named_model_and_strategy_are_asked_on_their_turns(tmp_path, model_path):
+    """`--strategy llm --llm local`: after the space's default config (trial 0), the model the
+    person named is asked on every trial, though each of its turns takes longer than a trial;
+    the first lines say it is not capped, and how to cap it."""
+    proc = run_tune("run", "--strategy", "llm", "--llm", "local", "--n-trials", "3",
+                    "--data", "synthetic:4000", "--epochs", "1", "--trainer", "jax",
+                    "--storage", "sqlite:///s.db", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "asked on all its turns, as named (--llm-time-share caps" in proc.stdout
+    study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
+    for t in study.trials[1:]:
+        assert t.user_attrs["llm"]["tokens_out"] > 0, t.user_attrs  # asked, and it answered
+        assert "llm_skipped" not in t.user_attrs
+    assert check_llm_trials(f"sqlite:///{tmp_path / 's.db'}", 3)[0] == "enqueued"
 
 
 def test_the_default_does_not_spend_turns_on_the_embedded_model(tmp_path, model_path):
@@ -112,15 +128,17 @@ def test_the_default_does_not_spend_turns_on_the_embedded_model(tmp_path, model_
 
 def test_the_embedded_model_named_or_a_gguf_of_ones_own_is_asked_under_auto(model_path):
     """`--llm local` names the embedded model: `auto` is `review` with it, on the embedded
-    model's terms (5% of the time, a short prompt, no notes). A GGUF file of the user's
-    (--llm-model-path; here the same file stands in for a bigger model) is not the demo model:
-    the full prompt with notes, the usual share and answer length."""
+    model's terms (a short prompt, no notes), asked on all its turns, as named. A GGUF file of
+    the user's under `--llm auto` (--llm-model-path; here the same file stands in for a bigger
+    model) is not the demo model: the full prompt with notes, the usual answer length, and the
+    time share that caps what `auto` chose."""
     from tunepilot.agent.llm import LLMSettings
     from tunepilot.agent.review import LLM_TIME_SHARE, Reviewer
     from tunepilot.agent.strategies import agent
 
-    named, llm, _ = agent("local", task="t")
+    named, llm, line = agent("local", task="t")
     assert isinstance(named, Reviewer) and llm.notes is False and llm.model.max_tokens == 160
+    assert named.llm_time_share == 1.0 and "asked on all its turns, as named" in line
     own, llm, line = agent(LLMSettings("auto", model_path=model_path), task="t")
     assert isinstance(own, Reviewer) and own.llm_time_share == LLM_TIME_SHARE
     assert llm.notes is True and llm.first_turn_s == 0.0 and llm.model.max_tokens == 400
@@ -128,13 +146,13 @@ def test_the_embedded_model_named_or_a_gguf_of_ones_own_is_asked_under_auto(mode
 
 
 def test_the_embedded_models_first_turn_is_priced_before_it_is_measured(model_path):
-    """By default its share is 5% and a first turn counts as 8 s (measured here): on trials
-    of a few seconds the sampler takes its turns (test_review tests the rule itself)."""
-    from tunepilot.agent.review import EMBEDDED_FIRST_TURN_S, EMBEDDED_TIME_SHARE, Reviewer
+    """With a share set, a first turn of the embedded model counts as 8 s (measured here): on
+    trials of a few seconds the sampler takes its turns (test_review tests the rule itself)."""
+    from tunepilot.agent.review import EMBEDDED_FIRST_TURN_S, Reviewer
     from tunepilot.agent.strategies import agent
 
-    reviewer, llm, line = agent("local", task="t")
-    assert isinstance(reviewer, Reviewer) and reviewer.llm_time_share == EMBEDDED_TIME_SHARE
+    reviewer, llm, line = agent("local", task="t", llm_time_share=0.05)
+    assert isinstance(reviewer, Reviewer) and reviewer.llm_time_share == 0.05
     assert llm.first_turn_s == EMBEDDED_FIRST_TURN_S == 8.0
     assert "past 5% of the wall time" in line
 

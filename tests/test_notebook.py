@@ -167,8 +167,12 @@ def test_load_reads_a_study_another_process_is_writing(tmp_path):
             call()
 
 
-def test_notebook_display_shows_progress_curve_and_proposers(storage):
+def test_notebook_display_shows_progress_curve_and_proposers(storage, monkeypatch):
+    """...and, as `tune run` does, the strategy and the sampler chosen, with why: here why the
+    LLM is not asked (llm="auto" with no key finds only the embedded model)."""
     from tunepilot.ui.notebook import NotebookDisplay, _sparkline
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
 
     shown = []
 
@@ -178,8 +182,10 @@ def test_notebook_display_shows_progress_curve_and_proposers(storage):
 
     tuner = Tuner(trainers.callable(_two_params), SearchSpace.of(
         x=Float(-10.0, 10.0), lr=Float(1e-4, 1.0, log=True)), storage=storage, study="live",
-        display=Capture())
+        display=Capture(), llm="auto")
     tuner.run(n_trials=3)
+    assert "strategy: optuna" in shown[-1] and "no OPENAI_API_KEY" in shown[-1]
+    assert "sampler: auto: CMA-ES" in shown[-1]
     mid = [h for h in shown if "running trial 2" in h and "epoch 2" in h]
     assert mid and "<polyline" in mid[-1]  # the running trial's curve
     assert "3/3 trials finished" in shown[-1] and "stopped: budget of 3 trials used" in shown[-1]

@@ -38,10 +38,18 @@ def start(workdir, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def trials(workdir, study):
+# The two storages one process at a time runs a study on (a run lock beside the file).
+ONE_PROCESS = {"sqlite": "sqlite:///s.db", "journal": "journal:s.log"}
+
+
+def trials(workdir, study, url="sqlite:///s.db"):
+    from tunepilot.memory import open_storage
+
+    url = url.replace("sqlite:///", f"sqlite:///{workdir}/").replace("journal:",
+                                                                      f"journal:{workdir}/")
     try:
-        return optuna.load_study(study_name=study,
-                                 storage=f"sqlite:///{workdir / 's.db'}").trials
+        storage = open_storage(url, heartbeat_s=None)
+        return optuna.load_study(study_name=study, storage=storage).trials
     except Exception:  # not created yet, or being created
         return []
 
@@ -70,29 +78,37 @@ def test_sigterm_fails_the_running_trial_and_exits_143(workdir):
     assert trial.error == {"kind": "interrupted", "message": "SIGTERM"}
 
 
-def test_kill_9_then_resume_loses_nothing_and_honours_the_budget(workdir):
-    args = ("--trainer", "toy:slowish", "--storage", "sqlite:///s.db", "--n-trials", "8",
-            "--heartbeat", "1")
+@pytest.mark.parametrize("kind", ["sqlite", "journal"])
+def test_kill_9_then_resume_loses_nothing_says_so_and_honours_the_budget(workdir, kind):
+    """The run after a kill -9 finds the killed trial at once (it holds the study's run lock, so
+    a RUNNING trial is a dead process's), fails it, says so on the terminal and in the log, and
+    runs its config again in the budget's slot; on the journal too, which has no heartbeat."""
+    url = ONE_PROCESS[kind]
+    args = ("--trainer", "toy:slowish", "--storage", url, "--n-trials", "8")
     proc = start(workdir, *args)
 
     def two_done_and_one_running():
-        ts = trials(workdir, "toy-slowish")
+        ts = trials(workdir, "toy-slowish", url)
         return (sum(t.state.name == "COMPLETE" for t in ts) >= 2
                 and any(t.state.name == "RUNNING" and t.params for t in ts))  # mid-trial
 
     wait_for(two_done_and_one_running)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    before = {t.number: t for t in trials(workdir, "toy-slowish")}
+    before = {t.number: t for t in trials(workdir, "toy-slowish", url)}
     [running] = [t for t in before.values() if t.state.name == "RUNNING"]
     completed = {n: t.value for n, t in before.items() if t.state.name == "COMPLETE"}
 
-    time.sleep(3.5)  # the heartbeat grace period (3 x 1 s) passes: the trial is stale
+    # At once: no heartbeat grace period to wait for.
     again = run_tune("run", "--llm", "none", "--config", "toy.toml", *args, cwd=workdir,
                      timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
+    said = (f"trial {running.number} was left running by a process that stopped (killed?): "
+            "marked failed; its config runs again")
+    assert said in again.stdout
+    assert said in (workdir / "tunepilot-runs" / "toy-slowish.log").read_text()
     assert "budget of 8 trials used" in again.stdout
-    after = {t.number: t for t in trials(workdir, "toy-slowish")}
+    after = {t.number: t for t in trials(workdir, "toy-slowish", url)}
     assert after[running.number].state.name == "FAIL"  # the interrupted trial
     for number, value in completed.items():  # nothing completed is lost
         assert after[number].state.name == "COMPLETE" and after[number].value == value

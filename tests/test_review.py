@@ -153,6 +153,31 @@ def test_a_junk_rationale_reads_as_the_kind_of_proposal_and_stays_in_the_record(
     assert plain.why == "proposed by the LLM (no reason given in words)"
 
 
+def test_a_trials_line_reads_small_losses_its_own_time_and_whole_words():
+    """Losses near 1e-5 are not all 0.0000; a trial's time is the trainer's, the LLM's turn
+    beside it; `tune show`'s note ends at a word."""
+    from rich.console import Console
+
+    from tunepilot.memory.history import TrainInfo
+    from tunepilot.ui.display import trial_line, trials_table
+
+    why = ("Lower the learning rate by a factor of three because the last two curves rose "
+           "sharply at the end")
+    t = TrialRecord(3, "complete", {"x": 1.0}, 1.234e-5, proposer="llm", duration_s=25.4,
+                    train=TrainInfo(wall_time_s=0.4), llm=LLMCall(model="m", latency_s=25.0,
+                                                                 rationale=why))
+    other = TrialRecord(4, "complete", {"x": 2.0}, 2.5e-5, proposer="optuna", duration_s=0.3)
+    history = History(trials=(t, other))
+    line = trial_line(t, history)
+    assert "1.234e-05" in line and "best 1.234e-05 (#3)" in line and "0.0000" not in line
+    assert "  0.4s +25.0s LLM" in line and "25.4" not in line
+    assert "0.3s" in trial_line(other, history)  # no trainer figure: the trial's own time
+    console = Console(width=200, record=True)
+    console.print(trials_table(history, "s"))
+    shown = console.export_text()
+    assert "Lower the learning rate by a factor of three because the ..." in shown
+
+
 # --- what the whole history says -------------------------------------------------------------
 
 def test_insights_name_importance_ranges_and_an_lr_pressed_against_the_bound():
@@ -172,12 +197,14 @@ def test_insights_name_importance_ranges_and_an_lr_pressed_against_the_bound():
     assert "lr" in found.ranges and "(space 1e-05 to 0.1)" in found.ranges["lr"]
     assert any("lr at the upper bound of the space (0.1)" in a for a in found.alerts), found
     lines = found.lines()
-    assert lines[0].startswith("Importance (Optuna PED-ANOVA): ")
+    assert lines[0].startswith("Importance (Optuna PED-ANOVA, from ")
 
 
 def test_insights_stay_quiet_on_a_young_study():
     found = insights(History(), SPACE)
     assert found.lines() == []
+    assert repr(found) == ("Nothing to say yet from 0 complete trials (importance from 10, the "
+                           "best 20% from 5).")
 
 
 def _bound_study(storage: str):
@@ -200,10 +227,13 @@ def test_the_faces_show_the_alerts_too(tmp_path):
     tuner = _bound_study(f"sqlite:///{tmp_path / 's.db'}")
     alert = "lr at the upper bound of the space (0.1)"
     assert any(alert in a for a in tuner.insights().alerts)
+    # A notebook shows the lines `tune show` prints, not a dataclass.
+    assert repr(tuner.insights()) == "\n".join(tuner.insights().lines())
+    assert alert in repr(tuner.insights())
     show = run_tune("show", "--storage", "sqlite:///s.db", "--study", "bound", cwd=tmp_path)
     assert show.returncode == 0, show.stderr
     assert "what the history says:" in show.stdout and alert in show.stdout
-    assert "Importance (Optuna PED-ANOVA): lr" in show.stdout
+    assert "Importance (Optuna PED-ANOVA, from " in show.stdout and "trials): lr" in show.stdout
     page = render_html(tuner.study, History.from_study(tuner.study))
     assert "What the history says" in page and alert in page
     widget = NotebookDisplay()

@@ -211,6 +211,43 @@ def test_an_outage_costs_seconds_per_trial_with_the_breaker(storage):
     assert len(sat_out) >= 10
 
 
+def test_a_model_that_answers_garbage_sits_out_and_is_probed(storage):
+    """Three turns in a row with no valid answer (3 attempts each), then the model sits out 1,
+    2, 4, 8 turns with one single-attempt probe between: 3 requests after its third invalid
+    turn over 20 trials, not 3 a trial. A probe answered validly brings it back."""
+    served = itertools.count()
+
+    def garbage_then_good(request):
+        n = next(served)
+        return "no JSON here, sorry" if n < 12 else _answer(-9.0 + 0.7 * n)
+
+    with ScriptedLLMServer(garbage_then_good) as server:
+        result = _tuner(storage, _llm(server.base_url)).run(n_trials=24)
+    history = list(result.history)
+    reasons = [t.fallback_reason for t in history[:21]]
+    assert all(t.proposer == "fallback" for t in history[:21])
+    assert "not a JSON object" in reasons[0]
+    assert reasons[2].endswith("3 turns in a row, so it sits out its next 1")
+    sat_out = [i for i, r in enumerate(reasons) if r.startswith("LLM sitting out: ")]
+    assert "turns in a row gave no valid answer" in reasons[sat_out[0]]
+    # Probes at twice the last interval: trials 4, 7, 12, then 21 (sitting out 13-20).
+    assert [i for i in range(3, 21) if i not in sat_out] == [4, 7, 12]
+    assert [t.llm.attempts for t in history if t.number in (4, 7, 12)] == [1, 1, 1]
+    # The probe at trial 21 got a valid answer: the model proposes again, every turn.
+    assert [t.proposer for t in history[21:]] == ["llm"] * 3
+    # 3 requests after its 3rd invalid turn (before the probe at 21), not 3 a trial.
+    assert sum(t.llm.attempts for t in history[:21]) == 3 * 3 + 3
+    assert len(server.requests) == sum(t.llm.attempts for t in history)
+    # The trial's line on the terminal says why in a few words; the log keeps the whole reason.
+    from tunepilot.ui.display import short_cause
+
+    assert [short_cause(r) for r in reasons[:5]] == ["not JSON"] * 3 + ["sitting out", "not JSON"]
+    assert short_cause("no valid answer in 3 attempts; last: 'lr': 50.0 is outside [1e-05, "
+                       "0.1]; 'x' is missing") == "lr=50.0 out of range"
+    assert short_cause("no valid answer in 1 attempts; last: this configuration repeats trial "
+                       "#3 (every value equal") == "repeats #3"
+
+
 def test_the_llm_answers_again_after_an_outage(storage):
     xs = itertools.count(-9.0, 1.5)
     with ScriptedLLMServer(lambda r: _answer(next(xs))) as server:
@@ -233,6 +270,7 @@ def test_a_401_switches_the_llm_off_once(workdir):
                     "--llm-time-share", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("LLM switched off for this run") == 1
+    assert done.stdout.count("[fallback: LLM off]") == 4  # each trial's line says why, briefly
     assert len(server.requests) == 1  # asked once, never again
     history = History.from_study(load_study(f"sqlite:///{workdir / 's.db'}", None))
     assert [t.proposer for t in history] == ["fallback"] * 4
@@ -317,9 +355,11 @@ def test_the_same_user_exception_three_times_stops_with_its_rule_and_exit_code(w
     assert "repeated failure" in log and "repeated failure" in report
 
 
-def test_a_second_process_on_one_sqlite_study_is_refused(workdir):
+@pytest.mark.parametrize("url", ["sqlite:///s.db", "journal:s.log"])
+def test_a_second_process_on_one_sqlite_or_journal_study_is_refused(workdir, url):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
-    first = subprocess.Popen([*TUNE, *RUN, "--trainer", "toy:sleepy", "--n-trials", "6"],
+    run = (*RUN, "--storage", url)  # the last --storage counts
+    first = subprocess.Popen([*TUNE, *run, "--trainer", "toy:sleepy", "--n-trials", "6"],
                              cwd=workdir, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -328,9 +368,11 @@ def test_a_second_process_on_one_sqlite_study_is_refused(workdir):
             if log.exists() and "run starts" in log.read_text():
                 break
             time.sleep(0.1)
-        second = tune(workdir, *RUN, "--trainer", "toy:sleepy", "--n-trials", "6")
+        second = tune(workdir, *run, "--trainer", "toy:sleepy", "--n-trials", "6")
         assert second.returncode == 2
         assert f"is being run by process {first.pid}" in second.stderr
+        # The advice names a storage that takes several processes, not the other file.
+        assert "postgresql://" in second.stderr and "journal:" not in second.stderr
     finally:
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, out + err

@@ -113,8 +113,9 @@ def test_killed_worker_trial_fails_and_is_rerun(workdir, study_name):
     procs = [worker(workdir, url, study_name, f"w{i}") for i in range(3)]
     victim = procs[0]
     deadline = time.monotonic() + 120
+    polled = optuna.storages.RDBStorage(url)  # one connection pool for all the polling
     while time.monotonic() < deadline:
-        seen = optuna.load_study(study_name=study_name, storage=url).trials
+        seen = optuna.load_study(study_name=study_name, storage=polled).trials
         if (sum(t.state == TrialState.COMPLETE for t in seen) >= 3
                 and (workdir / f"running-{victim.pid}").exists()):
             victim.send_signal(signal.SIGKILL)  # mid-trial: its trainer is running

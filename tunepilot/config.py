@@ -92,7 +92,7 @@ class TuneConfig(BaseModel):
     llm_attempts: int = Field(3, ge=1)  # answers per trial before the fallback sampler takes it
     llm_prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD / 1M in, out
     # Past this share of the search's wall time spent waiting for the LLM, the sampler takes the
-    # LLM's turns (1.0: no cap). Default: 0.2, and 0.05 for the embedded model (see strategies).
+    # LLM's turns (1.0: no cap). Default: 0.2 where llm and strategy are auto, else no cap.
     llm_time_share: float | None = Field(None, gt=0.0, le=1.0)
     # `review`: the most trials (a share) on which the LLM may override the sampler's candidate
     max_override_share: float = Field(0.3, ge=0.0, le=1.0)

@@ -71,6 +71,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
                   display=display, warm_start=not worker, accept_changes=cfg.accept_changes,
                   start=cfg.start, epoch_patience=cfg.epoch_patience)
     tuner.llm_agent = llm_agent
+    tuner.first_lines = []  # in `notes`, which the caller prints
     return tuner, notes
 
 

@@ -6,6 +6,10 @@
   the turns it sits out (up to `max_sit_out`). The first answer closes the breaker.
 - A 401/403 (a wrong key) or a 404 (no such model) will not heal by waiting: the model is off
   for the rest of the run, said once.
+- A turn that ends with no valid answer (every attempt not JSON, out of the space, a repeat)
+  counts the same way: after `breaker_after` such turns in a row the model sits out, then is
+  probed with one attempt, at doubling intervals, until it answers validly. A model that
+  answers garbage all night costs a request every few turns, not three a trial.
 - The first failure of an outage, and the recovery, are said once (`Failure.notice`), as they
   happen; every trial records its own cause.
 """
@@ -27,6 +31,7 @@ class Health:
         self.max_sit_out = max_sit_out
         self.turns = 0  # LLM turns so far in this run
         self.failures = 0  # turns in a row whose request failed in transport
+        self.invalid = 0  # turns in a row that ended without a valid answer
         self.resume_at = 0  # the turn the model is asked again
         self.next_sit_out = 1
         self.off: str | None = None  # why the model is off for the run
@@ -36,7 +41,7 @@ class Health:
     @property
     def probing(self) -> bool:
         """This turn only checks whether the model is back: one request, no retries."""
-        return self.failures >= self.breaker_after
+        return self.failures >= self.breaker_after or self.invalid >= self.breaker_after
 
     def turn(self) -> str | None:
         """A new LLM turn; the reason to skip it without a request, or None to ask."""
@@ -44,8 +49,9 @@ class Health:
         if self.off is not None:
             return f"LLM off for this run: {self.off}"
         if self.turns < self.resume_at:
-            return (f"LLM sitting out: {self.failures} turns in a row failed (last: {self.last});"
-                    f" asked again at its turn {self.resume_at}")
+            what = "failed" if self.failures else "gave no valid answer"
+            return (f"LLM sitting out: {max(self.failures, self.invalid)} turns in a row {what} "
+                    f"(last: {self.last}); asked again at its turn {self.resume_at}")
         return None
 
     def failed(self, error: Exception) -> Failure:
@@ -74,8 +80,26 @@ class Health:
                        f"its next {sit_out}", notice)
 
     def answered(self) -> str | None:
-        """The model answered; what to say if that ends an outage."""
+        """The model answered (valid or not); what to say if that ends an outage."""
         back = self.announced and self.failures > 0
-        self.failures, self.resume_at, self.next_sit_out = 0, 0, 1
+        self.failures = 0
+        if self.invalid < self.breaker_after:
+            self.resume_at, self.next_sit_out = 0, 1
         self.announced = False
         return "LLM answers again; it proposes from now on" if back else None
+
+    def valid(self) -> None:
+        """The turn ended with a valid answer."""
+        self.invalid, self.resume_at, self.next_sit_out = 0, 0, 1
+
+    def no_valid_answer(self, cause: str, last: str) -> str:
+        """The turn ended with no valid answer (`cause`, `last`: the last answer's error); the
+        cause to record, which says when the model sits out."""
+        self.invalid += 1
+        self.last = last
+        if self.invalid < self.breaker_after:
+            return cause
+        sit_out = self.next_sit_out
+        self.resume_at = self.turns + sit_out + 1
+        self.next_sit_out = min(2 * sit_out, self.max_sit_out)
+        return f"{cause}; {self.invalid} turns in a row, so it sits out its next {sit_out}"

@@ -139,7 +139,7 @@ class LLMSuggester:
             raise SuggestionFailed(sitting_out, self._close(meta, start))
         feedback, last = None, None
         system = render("system.j2", metric=self.metric, review=review, notes=self.notes)
-        for _ in range(self.attempts):
+        for _ in range(1 if self.health.probing else self.attempts):
             meta["attempts"] += 1
             try:
                 message = self._invoke(space, [SystemMessage(system),
@@ -158,14 +158,17 @@ class LLMSuggester:
             try:
                 answer = parse_answer(message)
                 # `read` fills in meta's latency when it returns: close it first
-                return read(answer, self._close(dict(meta), start))
+                suggestion = read(answer, self._close(dict(meta), start))
             except Exception as e:  # whatever the answer broke: an invalid one
                 feedback = last = str(e) or type(e).__name__
                 meta["errors"].append(f"invalid answer: {feedback}"[:300])
                 continue
+            self.health.valid()
+            return suggestion
         last = last or (meta["errors"][-1] if meta["errors"] else "no answer")
-        raise SuggestionFailed(f"no valid answer in {self.attempts} attempts; last: {last}"[:500],
-                               self._close(meta, start))
+        cause = self.health.no_valid_answer(
+            f"no valid answer in {meta['attempts']} attempts; last: {last}"[:400], last[:200])
+        raise SuggestionFailed(cause, self._close(meta, start))
 
     def prompt(self, space: SearchSpace, history: History, feedback: str | None = None, *,
                candidate: Candidate | None = None, overrides_left: int = 0) -> str:

@@ -30,6 +30,10 @@ class Observer:
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None: ...
 
+    def say(self, text: str) -> None:
+        """One of the lines a run starts with, said plainly: which strategy and sampler, and
+        why (a notebook's `Tuner` says them here; `tune run` prints its own first)."""
+
     def notice(self, text: str) -> None:
         """Something a person should hear once, as it happens (the LLM became unreachable,
         was switched off, answers again); the search goes on."""
@@ -62,6 +66,10 @@ class Tee(Observer):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         for o in self.observers:
             o.trial_end(record, history)
+
+    def say(self, text: str) -> None:
+        for o in self.observers:
+            o.say(text)
 
     def notice(self, text: str) -> None:
         for o in self.observers:

@@ -26,10 +26,6 @@ if TYPE_CHECKING:
 
 OVERRIDE_SHARE = 0.3  # the published sweet spot
 LLM_TIME_SHARE = 0.2  # of the search's wall time, at most, waiting for the model
-# The embedded 135M model on a CPU: its overrides never passed review on HPOBench (their reasons
-# were not sentences) and its turns made `auto` slower to the CTR target than Optuna alone
-# (bench/README.md), so it gets a quarter of the share.
-EMBEDDED_TIME_SHARE = 0.05
 # What a first turn of the embedded model costs before one is measured: its whole prompt is
 # evaluated cold (the demo's first turn took 8 s on this 2-core VM, bench/llm_turns.py's 14.5 s
 # at 30 trials). Without it the first turn was always taken, and alone took a demo of 2-second

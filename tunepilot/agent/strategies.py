@@ -9,8 +9,10 @@
 - ``hybrid``: the LLM on the first trials and every few after, the sampler the rest, both
   reading one history.
 
-Every LLM turn is also subject to `llm_time_share`: past that share of the search's wall time
-spent waiting for the model, the sampler takes the turn.
+A model or strategy the person named (`--llm local`, `--strategy llm`, a chat model object) is
+asked on every one of its turns. Where both were left to `auto`, or where the person sets
+`llm_time_share`, past that share of the search's wall time spent waiting for the model the
+sampler takes the turn.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import Any
 
 from tunepilot.agent.review import (
     EMBEDDED_FIRST_TURN_S,
-    EMBEDDED_TIME_SHARE,
     LLM_TIME_SHARE,
     OVERRIDE_SHARE,
     Reviewer,
@@ -51,6 +52,9 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
                           f"{one_of(strategies)} (or no llm= for Optuna alone).")
     if isinstance(llm, str):
         llm = LLMSettings(llm)
+    # What the person named is asked on its turns; the time share caps what `auto` chose.
+    named = strategy != "auto" or not isinstance(llm, LLMSettings) or \
+        llm.spec.strip() != "auto"
     if isinstance(llm, LLMSettings):
         settings = llm
         choice = choose(llm)
@@ -84,8 +88,9 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
     # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
     small = embedded
+    capped = llm_time_share is not None or not named
     if llm_time_share is None:
-        llm_time_share = EMBEDDED_TIME_SHARE if small else LLM_TIME_SHARE
+        llm_time_share = 1.0 if named else LLM_TIME_SHARE
     llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
                                  n_trials=n_trials, target=target, prices=settings.prices,
                                  attempts=min(attempts, 2) if small else attempts,
@@ -93,7 +98,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
                                  first_turn_s=EMBEDDED_FIRST_TURN_S if small else 0.0)
     where = f" at {redact(settings.base_url)}" if settings.base_url else ""
     pace = (f"; the sampler takes its turns past {llm_time_share:.0%} of the wall time"
-            if llm_time_share < 1.0 else "")
+            if llm_time_share < 1.0 else "" if capped else
+            "; asked on all its turns, as named (--llm-time-share caps its share of the time)")
     if strategy == "review":
         # bench/search.py (bench/README.md): see "review" there for the measured effect.
         return (Reviewer(llm_suggester, max_override_share, llm_time_share), llm_suggester,

@@ -45,9 +45,8 @@ def check_shared(url: str, what: str) -> None:
     if url.startswith("sqlite"):
         raise ConfigError(
             f"{what} shares the study with other processes, and SQLite ({redact(url)}) allows "
-            "only one. Use a database server: --storage postgresql://USER@HOST:5432/DB or "
-            "mysql+pymysql://USER@HOST:3306/DB (workers on several machines), or --storage "
-            "journal:FILE.log (several processes on one machine)."
+            "only one. Use a database server, on this machine or another: --storage "
+            "postgresql://USER@HOST:5432/DB or mysql+pymysql://USER@HOST:3306/DB."
         )
 
 

@@ -7,7 +7,6 @@ study's storage. The storage is the only state: a new `Tuner` on the same study 
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -15,17 +14,18 @@ from typing import Any
 
 import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
-from optuna.trial import TrialState
 
 from tunepilot.agent import observer, opening
+from tunepilot.agent.ask_tell import AskTell
 from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
-from tunepilot.agent.samplers import make_pruner, per_trial_sampler
+from tunepilot.agent.samplers import make_pruner, per_trial_sampler, sampler_line
 from tunepilot.agent.suggest import AgentSampler, Suggester
 from tunepilot.errors import ConfigError, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
-from tunepilot.memory.lock import SQLiteRun, StudyLock
+from tunepilot.memory.lock import OneProcessRun, StudyLock
+from tunepilot.memory.store import recover
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
@@ -33,7 +33,7 @@ __all__ = ["Proposal", "TuneResult", "Tuner"]
 
 PerTrial = Callable[[int], optuna.samplers.BaseSampler]  # trial number -> the sampler drawing it
 
-class Tuner:
+class Tuner(AskTell):
     """Tunes `trainer` over `space`, remembering every trial in an Optuna study.
 
     Example:
@@ -79,8 +79,8 @@ class Tuner:
             strategy: with an LLM, "review" (Optuna proposes, the LLM reviews each candidate
                 and overrides at most `max_override_share` of them; "auto" means this),
                 "hybrid" (they take turns) or "llm" (the LLM proposes every trial). Past
-                `llm_time_share` of the wall time spent waiting for the LLM (default 0.2; 0.05
-                for the embedded model), Optuna takes its turn.
+                `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its
+                turn (default: no cap for a model or strategy named, 0.2 under "auto").
             task: one or two sentences for the LLM about what is trained.
             sampler: a name ("auto", "tpe", "cmaes", "gp", "random": seeded by `seed`, the
                 study's name and the trial), an Optuna sampler, or trial number -> sampler.
@@ -114,6 +114,9 @@ class Tuner:
                 llm_time_share=llm_time_share, max_override_share=max_override_share)
         self.suggester = suggester
         self.sampler = sampler
+        # Said as a run starts, as `tune run` says them (which prints its own and clears these).
+        self.first_lines = [line for line in (self.strategy_note, sampler_line(sampler, space)
+                                              if isinstance(sampler, str) else "") if line]
         epochs = space.fixed.get("epochs")
         self.pruner = make_pruner(pruner, epochs if isinstance(epochs, int) else None)
         self.seed = seed
@@ -227,92 +230,6 @@ class Tuner:
                             "tunepilot.ui) first.")
         return observer.Faces.plot(self.study, kind)
 
-    def suggest(self) -> Proposal:
-        """The next config for your own training loop: a dict (fixed settings included) that
-        also says which trial it is, who proposed it and why. Report back with `report()`.
-
-        Example:
-            >>> config = tuner.suggest()  # doctest: +SKIP
-            >>> for epoch in range(1, 4):  # doctest: +SKIP
-            ...     if tuner.report(config, val_loss=train_one_epoch(config), epoch=epoch):
-            ...         break  # pruned: stop training this config
-            >>> tuner.report(config, val_loss=best_loss)  # doctest: +SKIP
-        """
-        self._writable("suggest")
-        study = self.study
-        self._asking = True
-        try:
-            with warnings.catch_warnings():
-                # Optuna warns that heartbeats need optimize(); ask/tell trials have none.
-                warnings.simplefilter("ignore", UserWarning)
-                trial = study.ask()
-        finally:
-            self._asking = False
-        config = self.space.sample(trial)
-        self._open[trial.number] = trial
-        storage, trial_id = study._storage, trial._trial_id
-        return Proposal(config, number=trial.number,
-                        proposer=History.proposer_of(storage, trial_id),
-                        rationale=History.rationale_of(storage, trial_id))
-
-    def report(self, config: Mapping[str, Any], val_loss: float | None = None, *,
-               epoch: int | None = None, error: str | BaseException | None = None) -> bool:
-        """Reports on a config from `suggest()`. With `epoch`: one epoch's validation loss (the
-        pruner may stop the trial); without: the trial's final (best) loss; `error`: it failed.
-        A loss that is NaN or infinite fails the trial as diverged.
-
-        Returns True when the trial is over (recorded, pruned or failed): stop training it.
-        """
-        self._writable("report")
-        trial = self._find_open(config)
-        study = self.study
-        if error is not None or val_loss is None or not math.isfinite(val_loss):
-            kind = "exception" if error is not None else "diverged"
-            message = str(error) if error is not None else f"validation loss {val_loss}"
-            records.error(study._storage, trial._trial_id,
-                          {"kind": kind, "message": message[:500]})
-            study.tell(trial, state=TrialState.FAIL)
-        elif epoch is not None:
-            trial.report(val_loss, epoch)
-            if not trial.should_prune():
-                return False
-            study.tell(trial, state=TrialState.PRUNED)
-        else:
-            study.tell(trial, val_loss)
-        del self._open[trial.number]
-        return True
-
-    def enqueue(self, config: Mapping[str, Any]) -> None:
-        """Queues a config you want tried; the next trial runs it (proposer "human"). Parameters
-        left out are sampled as usual; values outside the space are refused."""
-        self._writable("enqueue")
-        records.enqueue(self.study, self.space.checked(config, "enqueue"), "human")
-
-    def _find_open(self, config: Mapping[str, Any]) -> optuna.Trial:
-        number = config.number if isinstance(config, Proposal) else None
-        if number is None:
-            key = {k: config.get(k) for k in self.space.params}
-            matches = [n for n, t in self._open.items() if t.params == key]
-            number = matches[0] if len(matches) == 1 else None
-        if number not in self._open:
-            raise ConfigError(
-                "report(): this config is not an open trial of this tuner (never suggested, or "
-                "already reported). Pass the object suggest() returned; open trials: "
-                f"{sorted(self._open) or 'none'}.")
-        return self._open[number]
-
-    def _writable(self, what: str) -> None:
-        if self.read_only:
-            raise TuneError(
-                f"{what}(): this Tuner was opened read-only with Tuner.load. To add trials, make "
-                "a Tuner(trainer, space, storage=..., study=...) on the same study, or start "
-                "`tune worker`.")
-
-    def hint(self, text: str) -> None:
-        """Tells the agent something; it sees the hint in every prompt from the next trial on."""
-        self._writable("hint")
-        records.hint(self.study, text)
-
     def run(self, n_trials: int = 20, *, target: float | None = None,
             timeout: float | None = None, patience: int | None = None, min_delta: float = 0.0,
             llm_budget_usd: float | None = None,
@@ -326,17 +243,18 @@ class Tuner:
         if self.trainer is None:
             raise ConfigError("run() needs a trainer: Tuner(trainer, space, ...). Without one, "
                               "train yourself with suggest() and report().")
-        one_process = SQLiteRun(self.storage, self.study_name)
+        one_process = OneProcessRun(self.storage, self.study_name)
         one_process.acquire()
-        try:
+        try:  # holding it, a trial RUNNING from before is a dead process's: say so, run again
+            dead = recover(self.study, self._open) if one_process.path else []
             return self._run(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
-                             llm_token_budget)
+                             llm_token_budget, dead)
         finally:
             one_process.release()
 
     def _run(self, n_trials: int, target: float | None, timeout: float | None,
              patience: int | None, min_delta: float, llm_budget_usd: float | None,
-             llm_token_budget: int | None) -> TuneResult:
+             llm_token_budget: int | None, dead: list[str]) -> TuneResult:
         if self.llm_agent is not None:  # the prompt states the run's budget and goal
             self.llm_agent.n_trials, self.llm_agent.target = n_trials, target
             self.llm_agent.notice = self.display.notice
@@ -348,6 +266,10 @@ class Tuner:
         history = History.from_study(study)
         best = history.best_trial
         self.display.start(self.study_name, n_trials, history)
+        for line in self.first_lines:
+            self.display.say(line)
+        for line in dead:
+            self.display.notice(line)
         if target is not None and best and best.value is not None and best.value <= target:
             return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
         if history.stop and not history.running():
@@ -381,17 +303,14 @@ class Tuner:
                 self.lock.release()
         if loop.fatal is not None:
             raise loop.fatal
-        reason = loop.reason
-        if reason is None:
-            timed_out = time_left is not None and time.monotonic() - start >= time_left
-            reason = f"time budget of {timeout:g} s used" if timed_out else (
-                f"budget of {n_trials} trials used")
+        timed_out = time_left is not None and time.monotonic() - start >= time_left
+        reason = loop.reason or (f"time budget of {timeout:g} s used" if timed_out else
+                                 f"budget of {n_trials} trials used")
         return self._finish(reason, loop.n_new)
 
     def _finish(self, reason: str, n_new: int) -> TuneResult:
         records.last_stop(self.study, reason)
-        result = self.summary(reason, n_new)
-        self.display.finish(result)
+        self.display.finish(result := self.summary(reason, n_new))
         return result
 
     def summary(self, reason: str, n_new: int = 0) -> TuneResult:

@@ -37,7 +37,7 @@ MAX_ALERTS = 4
 _IMPORTANCE: dict[tuple[Any, ...], tuple[int, dict[str, float]]] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Insights:
     n_complete: int
     importance: Mapping[str, float] = field(default_factory=dict)  # shares summing to 1
@@ -50,13 +50,18 @@ class Insights:
         out = []
         if self.importance:
             ranked = sorted(self.importance.items(), key=lambda kv: -kv[1])
-            out.append("Importance (Optuna PED-ANOVA): "
+            out.append(f"Importance (Optuna PED-ANOVA, from {self.n_complete} complete trials): "
                        + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
         if self.ranges:
             out.append(f"Best {self.n_top} trials (top 20%) span: "
                        + "; ".join(f"{k} {v}" for k, v in self.ranges.items()))
         out += [f"Alert: {a}" for a in self.alerts]
         return out
+
+    def __repr__(self) -> str:  # what a notebook shows for `tuner.insights()`: tune show's lines
+        return "\n".join(self.lines()) or (
+            f"Nothing to say yet from {self.n_complete} complete trials (importance from "
+            f"{MIN_TRIALS_IMPORTANCE}, the best 20% from {MIN_TRIALS}).")
 
 
 def insights(history: History, space: SearchSpace, study: optuna.Study | None = None) -> Insights:

@@ -121,20 +121,26 @@ def _journal_path(storage: Any) -> str | None:
     return str(path) if path is not None else None
 
 
-class SQLiteRun:
-    """One process at a time runs a study of a SQLite file: the study lock above is per
-    process, and SQLite allows one writer. A file lock beside the database says who holds it;
-    the operating system frees it when that process dies, however it dies."""
+class OneProcessRun:
+    """One process at a time runs a study of a SQLite file or a journal file: the study lock
+    above is per process there, SQLite allows one writer, and the journal has no heartbeat to
+    tell a live trial from a killed one. A file lock beside the database says who holds it;
+    the operating system frees it when that process dies, however it dies. So while it is held,
+    a trial of the study still RUNNING from before is one whose process died."""
 
     def __init__(self, storage: Any, study_name: str):
         engine = getattr(storage, "engine", None) or getattr(
             getattr(storage, "_backend", None), "engine", None)
         database = engine.url.database if engine is not None and \
             engine.dialect.name == "sqlite" else None
+        if database == ":memory:":
+            database = None
+        self.kind = "SQLite" if database else "journal"
+        database = database or _journal_path(storage)
         self.study = study_name
         self.database = database
         self.path = None
-        if database and database != ":memory:":
+        if database:
             digest = hashlib.sha1(study_name.encode()).hexdigest()[:10]
             self.path = f"{database}.{digest}.tunepilot-run"
         self._file: Any = None
@@ -155,10 +161,14 @@ class SQLiteRun:
             f.seek(0)
             holder = f.read().strip() or "another process"
             f.close()
+            why = ("SQLite allows one writer" if self.kind == "SQLite" else
+                   "a journal file has no heartbeat to tell a killed process's trial from a "
+                   "running one")
             raise ConfigError(
-                f"Study {self.study} in {self.database} is being run by {holder}. SQLite "
-                "allows one writer: wait for that run, stop it, or run several workers on a "
-                "database server (--storage postgresql://... or mysql+pymysql://...)."
+                f"Study {self.study} in {self.database} is being run by {holder}. One process "
+                f"at a time runs a study there ({why}): wait for that run, stop it, or run "
+                "several workers on a database server (--storage postgresql://USER@HOST/DB or "
+                "mysql+pymysql://USER@HOST/DB)."
             ) from None
         f.seek(0)
         f.truncate()

@@ -4,12 +4,14 @@ URL forms:
     sqlite:///tunepilot.db                      one machine, one process (the default)
     postgresql://user@host:5432/db              several workers, several machines
     mysql+pymysql://user@host/db                several workers, several machines
-    journal:./study.log  (or a path ending .log) several processes on one machine
+    journal:./study.log  (or a path ending .log) one process at a time, an append-only file
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///tunepilot.db"
+# How often a killed process's trial runs again, per storage `open_storage` made (else once).
+_RETRIES: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
 
 
@@ -29,7 +33,8 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
 
     Database storages get a heartbeat: a running trial whose process died (kill -9, a lost
     machine) is marked FAIL once its heartbeat is 3 x `heartbeat_s` old, and re-queued up to
-    `retry_stale` times with the same config. The journal file storage has no heartbeat.
+    `retry_stale` times with the same config. The journal file storage has no heartbeat: one
+    process at a time runs a study there, which finds a killed run's trial (`recover`).
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend
@@ -37,13 +42,15 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
     if url.startswith("journal:") or url.endswith(".log"):
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        journal = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        _RETRIES[journal] = retry_stale
+        return journal
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if "://" not in url or scheme not in _RDB_PREFIXES:
         raise ConfigError(
             f"Storage URL {redact(url)!r} is not one tunepilot can open. Use sqlite:///FILE.db "
             "(one process), postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB (several "
-            f"workers), or journal:FILE.log (several processes on one machine).{_url_hint(url)}"
+            f"workers), or journal:FILE.log (one process, an append-only file).{_url_hint(url)}"
         )
     beat: dict[str, Any] = {}
     if url in ("sqlite://", "sqlite:///:memory:"):
@@ -59,7 +66,9 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
                 retry = RetryHeartbeatStaleTrialCallback(max_retry=retry_stale)
         beat["heartbeat_stale_trial_callback"] = _StaleTrial(retry, 3 * heartbeat_s)
     try:
-        return _rdb_storage(url, beat)
+        storage = _rdb_storage(url, beat)
+        _RETRIES[storage] = retry_stale
+        return storage
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
         if isinstance(e, ImportError) or "Failed to import DB access module" in str(e):
             raise ConfigError(
@@ -168,6 +177,47 @@ class _StaleTrial:
             lock.close()
         if self.retry is not None:
             self.retry(study, trial)
+
+
+def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
+    """Fails the trials a dead process left RUNNING and queues each config again (as many
+    times as `open_storage`'s `retry_stale` allows), saying so in a line each. Only for a
+    caller that holds the study's `OneProcessRun`: then no other process runs a trial of it,
+    and every RUNNING trial but this process's own (`keep`, and a person's suggest() trials,
+    which no process owns) is dead, however recently it beat."""
+    import copy
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from tunepilot.memory import attrs, records
+
+    storage = study._storage
+    dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number not in keep and not t.user_attrs.get(attrs.ASK_TELL)]
+    if not dead:
+        return []
+    max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
+    retry = None
+    if max_retry:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
+    said = []
+    for trial in dead:
+        cause = ("its process stopped mid-trial (killed, or the machine restarted); found "
+                 "by the next run")
+        records.fail(storage, trial._trial_id, "interrupted", cause)
+        failed = copy.deepcopy(storage.get_trial(trial._trial_id))
+        again = "it had no config yet"
+        if trial.params:
+            again = "not run again (its retries are used up)"
+            if retry is not None and len(failed.system_attrs.get("retry_history", [])) < max_retry:
+                retry(study, failed)
+                again = "its config runs again"
+        said.append(f"trial {trial.number} was left running by a process that stopped "
+                    f"(killed?): marked failed; {again}")
+    return said
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

@@ -16,6 +16,16 @@ def fmt(v: Any, digits: int = 4) -> str:
     return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
 
 
+def loss(v: float | None) -> str:
+    """A loss to read and compare: 4 decimals, or 4 significant digits where 4 decimals would
+    hide it (1.234e-05, not 0.0000); "-" for none."""
+    if v is None:
+        return "-"
+    if v != 0 and math.isfinite(v) and (abs(v) < 0.01 or abs(v) >= 1e6):
+        return f"{v:.4g}"
+    return f"{v:.4f}"
+
+
 def format_params(values: Mapping[str, Any], names: Iterable[str] | None = None,
                   digits: int = 4) -> str:
     """``lr=0.003 batch_size=512 ...``, in the order of `names` (default: the mapping's)."""
@@ -26,9 +36,9 @@ def format_params(values: Mapping[str, Any], names: Iterable[str] | None = None,
 def outcome(t: TrialRecord) -> str:
     """``-> 0.4021``, ``-> pruned after epoch 2 at 0.4500``, ``-> FAILED (oom: ...)``."""
     if t.state == "complete" and t.value is not None:
-        return f"-> {t.value:.4f}"
+        return f"-> {loss(t.value)}"
     if t.state == "pruned":
-        last = f" at {t.curve[-1]:.4f}" if t.curve else ""
+        last = f" at {loss(t.curve[-1])}" if t.curve else ""
         return f"-> pruned after epoch {len(t.curve)}{last}"
     if t.state == "fail":
         error = t.error or {}
@@ -52,7 +62,7 @@ def curve_shape(curve: Sequence[float]) -> str:
         first = next(i for i, v in enumerate(curve, 1) if not math.isfinite(v))
         return f"diverged at epoch {first}"
     if len(curve) == 1:
-        return f"1 epoch: {curve[0]:.4f}"
+        return f"1 epoch: {loss(curve[0])}"
     values = " ".join(f"{v:.3f}" for v in curve[:6]) + (" ..." if len(curve) > 6 else "")
     best = min(range(len(curve)), key=curve.__getitem__)
     spread = max(curve) - min(curve)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from textwrap import shorten
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.agent.observer import Observer
-from tunepilot.memory.text import format_params
+from tunepilot.memory.text import format_params, loss
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 
 def trial_line(record: TrialRecord, history: History) -> str:
     best = history.best_trial
-    value = f"{record.value:.4f}" if record.value is not None else (
-        f"{record.curve[-1]:.4f}" if record.curve else "-")
+    value = loss(record.value) if record.value is not None else (
+        loss(record.curve[-1]) if record.curve else "-")
     mark = "*" if best is not None and best.number == record.number else " "
     state = record.state
     if record.state == "pruned":
@@ -38,11 +39,51 @@ def trial_line(record: TrialRecord, history: History) -> str:
         tail = f"  stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}"
     if record.error:
         tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
-    duration = f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""
-    best_txt = f"best {best.value:.4f} (#{best.number})" if best else "best -"
+    duration = seconds(record)
+    best_txt = f"best {loss(best.value)} (#{best.number})" if best else "best -"
+    who = record.proposer or "?"
+    if who == "fallback":
+        who = f"fallback: {short_cause(record.fallback_reason)}"
+    elif record.llm_skipped:
+        who = f"{who}: over the LLM's time share"
     return (f"trial {record.number:>3} {mark} {state:<10} {value:>8}   {best_txt:<18} "
-            f"[{record.proposer or '?'}] {duration}  {format_params(record.params, digits=3)}"
-            f"{tail}")
+            f"[{who}] {duration}  {format_params(record.params, digits=3)}{tail}")
+
+
+def short_cause(reason: str | None) -> str:
+    """Why the sampler took the LLM's turn, in a few words for the trial's line ("not JSON",
+    "lr=50 out of range", "unreachable"); the log and `tune show` keep the whole reason."""
+    import re
+
+    text = reason or ""
+    for start, words in (("LLM sitting out", "sitting out"), ("LLM switched off", "LLM off"),
+                         ("LLM off", "LLM off"), ("LLM unreachable", "unreachable")):
+        if text.startswith(start):
+            return words
+    text = text.split("; last: ", 1)[-1]
+    if "not a JSON object" in text:
+        return "not JSON"
+    if text.startswith("the answer must be"):
+        return "not {config, rationale}"
+    if found := re.search(r"repeats trial #(\d+)", text):
+        return f"repeats #{found[1]}"
+    if found := re.match(r"'(\w+)': (\S+) is outside", text):
+        return f"{found[1]}={found[2][:12]} out of range"
+    if found := re.match(r"'(\w+)': (\S+)", text):
+        return f"{found[1]}={found[2][:12]} invalid"
+    if found := re.match(r"'(\w+)' is missing", text):
+        return f"{found[1]} missing"
+    return " ".join(text.split()[:4])[:32]
+
+
+def seconds(record: TrialRecord) -> str:
+    """The trial's own time (the trainer's), and the LLM's turn where it took a second or more:
+    `  0.4s +25.0s LLM`; the whole trial's time where the trainer measured none."""
+    train = record.train.wall_time_s if record.train is not None else None
+    if train is None:
+        return f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""
+    llm = record.llm.latency_s if record.llm is not None else None
+    return f"{train:5.1f}s" + (f" +{llm:.1f}s LLM" if llm is not None and llm >= 1.0 else "")
 
 
 def why_line(record: TrialRecord) -> str | None:
@@ -75,7 +116,7 @@ def summary_lines(result: TuneResult) -> list[str]:
              f"({result.n_new} new): {states['complete']} complete, {states['pruned']} pruned, "
              f"{states['fail']} failed"]
     if result.best_params is not None:
-        lines += [f"best: trial {result.best_number}, validation loss {result.best_value:.4f}",
+        lines += [f"best: trial {result.best_number}, validation loss {loss(result.best_value)}",
                   f"  {format_params(result.best_params, digits=3)}"]
     else:
         lines.append("best: no trial completed yet")
@@ -127,9 +168,9 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
         table.add_column(col, overflow="fold")
     for t in rows[:limit]:
         value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
-        cells = (str(t.number), t.state, f"{value:.4f}" if value is not None else "-",
-                 t.proposer or "?", f"{t.duration_s:.1f}s" if t.duration_s else "-",
-                 format_params(t.params, digits=3), t.why[:60])
+        cells = (str(t.number), t.state, loss(value) if value is not None else "-",
+                 t.proposer or "?", seconds(t).strip() or "-",
+                 format_params(t.params, digits=3), shorten(t.why, 60, placeholder=" ..."))
         table.add_row(*(Text(c) for c in cells))
     return table
 
@@ -167,6 +208,9 @@ class PlainDisplay(Observer):
         return ("the sampler takes the LLM's turns while a turn would take the LLM past its "
                 "share of the wall time (--llm-time-share); said once, counted in the summary")
 
+    def say(self, text: str) -> None:
+        self.console.print(f"{self.prefix}{text}", markup=False)
+
     def notice(self, text: str) -> None:
         self.console.print(f"{self.prefix}! {text}", markup=False)
 
@@ -197,7 +241,7 @@ class LiveDisplay(PlainDisplay):
         self._n_trials = n_trials
         self._done = len(history.finished())
         best = history.best_trial
-        self._best = f"{best.value:.4f} (#{best.number})" if best else "-"
+        self._best = f"{loss(best.value)} (#{best.number})" if best else "-"
         self._live.start()
         self._refresh()
 
@@ -208,14 +252,14 @@ class LiveDisplay(PlainDisplay):
 
     def epoch(self, number: int, epoch: int, val_loss: float) -> None:
         elapsed = time.monotonic() - self._started
-        self._current = (f"trial {number}: epoch {epoch}, val loss {val_loss:.4f}, "
+        self._current = (f"trial {number}: epoch {epoch}, val loss {loss(val_loss)}, "
                          f"{elapsed:.1f}s")
         self._refresh()
 
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         self._done = len(history.finished())
         best = history.best_trial
-        self._best = f"{best.value:.4f} (#{best.number})" if best else "-"
+        self._best = f"{loss(best.value)} (#{best.number})" if best else "-"
         self._current = ""
         if record is not None:
             self._live.console.print(trial_line(record, history), markup=False)
@@ -251,6 +295,9 @@ class FileLog(Observer):
     def start(self, study: str, n_trials: int, history: History) -> None:
         self._write(f"run starts: study {study}, {len(history.finished())} of {n_trials} "
                     "trials done")
+
+    def say(self, text: str) -> None:
+        self._write(text)
 
     def notice(self, text: str) -> None:
         self._write(f"! {text}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.agent.observer import Observer
 from tunepilot.memory import History, TrialRecord
-from tunepilot.memory.text import format_params
+from tunepilot.memory.text import format_params, loss
 from tunepilot.ui.display import console_display
 
 if TYPE_CHECKING:
@@ -49,12 +49,14 @@ class NotebookDisplay(Observer):
         self._history = History()
         self._current: dict[str, Any] | None = None
         self._final: str | None = None
+        self._said: list[str] = []  # the strategy line, notices: under the heading
 
     def start(self, study: str, n_trials: int, history: History) -> None:
         from IPython.display import HTML, display
 
         self._study, self._n_trials, self._history = study, n_trials, history
         self._final = None
+        self._said = []
         self._handle = display(HTML(self._html()), display_id=True)
         self._last = time.monotonic()
 
@@ -71,6 +73,14 @@ class NotebookDisplay(Observer):
     def trial_end(self, record: TrialRecord | None, history: History) -> None:
         self._history = history
         self._current = None
+        self._update(force=True)
+
+    def say(self, text: str) -> None:
+        self._said.append(_e(text))
+        self._update(force=True)
+
+    def notice(self, text: str) -> None:
+        self._said.append(f"&#9888; {_e(text)}")
         self._update(force=True)
 
     def finish(self, result: TuneResult) -> None:
@@ -93,22 +103,23 @@ class NotebookDisplay(Observer):
         best = h.best_trial
         done = len(h.finished())
         head = (f"<b>study {_e(self._study)}</b>: {done}/{self._n_trials} trials finished; "
-                f"best " + (f"<b>{best.value:.4f}</b> (trial {best.number}, "
+                f"best " + (f"<b>{loss(best.value)}</b> (trial {best.number}, "
                             f"{_e(best.proposer or '?')})" if best else "-"))
         parts = [f"<div style='font-family:monospace;font-size:12px'>{head}"]
+        parts += [f"<br>{line}" for line in self._said]
         if self._final:
             parts.append(f"<br>stopped: {_e(self._final)}")
         cur = self._current
         if cur is not None:
             curve = cur["curve"]
-            status = (f"epoch {len(curve)}, val loss {curve[-1]:.4f}" if curve else "starting")
+            status = (f"epoch {len(curve)}, val loss {loss(curve[-1])}" if curve else "starting")
             parts.append(f"<br>running trial {cur['number']} [{_e(cur['proposer'] or '?')}] "
                          f"{_e(format_params(cur['config'], digits=3))}: {status}, "
                          f"{time.monotonic() - cur['started']:.0f} s "
                          + _sparkline(curve))
         rows = "".join(
             f"<tr><td>{t.number}</td><td>{t.state}</td><td>"
-            f"{'' if t.value is None else f'{t.value:.4f}'}</td><td>{_e(t.proposer or '?')}</td>"
+            f"{'' if t.value is None else f'{loss(t.value)}'}</td><td>{_e(t.proposer or '?')}</td>"
             f"<td>{_e(format_params(t.params, digits=3))}</td><td>{_e(_why(t))}</td></tr>"
             for t in list(h.finished())[-_ROWS:][::-1])
         if rows:

@@ -52,7 +52,8 @@ def run(
         help="GGUF chat model file for --llm local")] = None,
     llm_time_share: Annotated[float | None, typer.Option(
         help="Past this share of the wall time spent waiting for the LLM, the sampler takes "
-        "its turns (1 = no cap) [default: 0.2; 0.05 for the embedded model]")] = None,
+        "its turns (1 = no cap) [default: 0.2 where --llm and --strategy are auto; no cap for a "
+        "model or strategy you name]")] = None,
     max_override_share: Annotated[float | None, typer.Option(
         help="review: the LLM overrides the sampler's candidate on at most this share of the "
         "trials [default: 0.3]")] = None,
