@@ -350,8 +350,10 @@ class Results:
         return next((i + 1 for i, v in enumerate(run.values[:budget]) if v <= target), None)
 
 
-def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) -> Run:
-    """One search of `budget` trials, its trial 0 the task's default config."""
+def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None,
+            **tuner_kw: Any) -> Run:
+    """One search of `budget` trials, its trial 0 the task's default config; `tuner_kw` go to
+    the `Tuner` (max_override_share...)."""
     def train(config: Mapping[str, Any], report: Any) -> float:
         return task.fn(config)
 
@@ -382,7 +384,7 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None) 
                   # Trials here are look-ups or seconds long, so the product's cap on the LLM's
                   # share of wall time would give the sampler nearly every turn: lifted, so the
                   # benchmark measures the LLM's decisions (time-to-target measures its time).
-                  llm_time_share=1.0)
+                  llm_time_share=1.0, **tuner_kw)
     tuner.enqueue(dict(task.default))
     start = time.perf_counter()
     result = tuner.run(n_trials=budget)

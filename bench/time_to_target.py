@@ -1,7 +1,7 @@
 """Time to a target on the built-in task: Optuna as its users run it, tunepilot before this
 round's engine, and tunepilot's default, seed by seed, side by side in one run.
 
-    python bench/time_to_target.py [--target 0.403] [--n-trials 30] [--seeds 10]
+    python bench/time_to_target.py [--target 0.403] [--n-trials 30] [--seeds 10] [--pruners]
 
 - `optuna`: the peer, built with Optuna's own defaults and not through tunepilot:
   `optuna.create_study(sampler=TPESampler(seed=seed), pruner=MedianPruner())` over the built-in
@@ -11,6 +11,8 @@ round's engine, and tunepilot's default, seed by seed, side by side in one run.
 - `default`: `tune run` today: `--sampler auto`, the space's defaults as trial 0, a trial stopped
   after 2 epochs without a better loss.
 - `auto`, `defaults`, `patience` (with `--steps`): `before` with one of the three changes.
+- `rung1`, `nopruner` (with `--pruners`): `default` with the median pruner judging from epoch 1
+  (Optuna's `n_warmup_steps=0`; tunepilot's median waits for epoch 2), and with no pruner.
 
 The tunepilot runs go through the CLI's config path (`from_config`) on a fresh SQLite study in a
 temporary directory, with no LLM (`--strategy optuna`). "Time to target": seconds from the run's
@@ -41,6 +43,7 @@ from tunepilot.memory import History
 
 VARIANTS = ("optuna", "before", "default")
 STEPS = ("auto", "defaults", "patience")
+PRUNERS = ("rung1", "nopruner")
 
 
 def _no_defaults() -> dict[str, Any]:
@@ -55,11 +58,14 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int) -> dict
     settings = {"default": {}, "before": before,
                 "auto": {**before, "sampler": "auto"},
                 "defaults": {**before, "space": {}},
-                "patience": {**before, "epoch_patience": 2}}[variant]
+                "patience": {**before, "epoch_patience": 2},
+                "rung1": {}, "nopruner": {"pruner": "none"}}[variant]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TuneConfig(strategy="optuna", seed=seed, target=target, n_trials=n_trials,
                          storage=f"sqlite:///{tmp}/s.db", **settings)
         tuner, _ = from_config(cfg)
+        if variant == "rung1":
+            tuner.pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
         began = time.monotonic()
         studies.run(tuner, cfg)
         wall = time.monotonic() - began
@@ -113,9 +119,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 [10]")
     parser.add_argument("--steps", action="store_true",
                         help="also `before` with each of the three changes alone")
+    parser.add_argument("--pruners", action="store_true",
+                        help="also `default` with the first rung at epoch 1, and with no pruner")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    variants = VARIANTS + (STEPS if args.steps else ())
+    variants = VARIANTS + (STEPS if args.steps else ()) + (PRUNERS if args.pruners else ())
     print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds 0..{args.seeds - 1}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     data = trainers.load_data("synthetic")

@@ -97,8 +97,9 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 's.db'}"
     proc = subprocess.Popen(
+        # No early stop (--epoch-patience 0): trial 0 is still in fit when Ctrl-C comes.
         [*TUNE, "run", "--llm", "none", "--data", "synthetic:4000", "--epochs", "500", "--storage",
-         storage],
+         storage, "--epoch-patience", "0"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     deadline = time.monotonic() + 120

@@ -128,9 +128,18 @@ def test_a_first_turn_expected_to_cost_more_than_the_share_is_not_taken():
 
 
 def test_reviewer_asks_only_while_it_may_still_override():
-    r = Reviewer(llm=None, max_override_share=0.3)  # type: ignore[arg-type]
-    assert [r.allowed(n) for n in (1, 3, 4, 10, 20)] == [1, 1, 1, 3, 6]
-    assert Reviewer(llm=None, max_override_share=0.0).allowed(50) == 0  # type: ignore[arg-type]
+    assert [Reviewer.allowed(n, 0.3) for n in (1, 3, 4, 10, 20)] == [1, 1, 1, 3, 6]
+    assert Reviewer.allowed(50, 0.0) == 0
+    # A fixed share is the share, whatever the record; overrides count over the last WINDOW.
+    r = Reviewer(llm=None, max_override_share=0.25)  # type: ignore[arg-type]
+    assert r.share(History(())) == 0.25
+    over = [TrialRecord(number=i, state="complete", params={"x": float(i)}, value=1.0,
+                        proposer="llm", review=Review("override", "TPE", {}))
+            for i in range(5)]
+    rest = [TrialRecord(number=i, state="complete", params={"x": float(i)}, value=1.0,
+                        proposer="optuna") for i in range(5, 40)]
+    assert r.overrides_left(History(tuple(over + rest[:14]))) == 0  # 5 of the last 20
+    assert r.overrides_left(History(tuple(over + rest[:15]))) == 1  # #0 left the window
 
 
 # --- rationales a person can read ------------------------------------------------------------

@@ -127,12 +127,13 @@ def test_finished_runs_are_kept_and_reused_instead_of_run_again(search, tmp_path
         [(r.strategy, r.seed, r.values) for r in again.runs]
     review = [r for r in again.runs if r.strategy == "review"]
     assert all(r.model == f"ChatOpenAI:gpt-4o-mini at {server.base_url}" for r in review)
-    # Seed 0: one override at trial 1 uses its share up (no more turns); seed 1: accepts at
+    # Seed 0: one override at trial 1 uses its share up until it is judged (a win, once 3 of
+    # the sampler's trials have finished), which earns the turn at trial 5; seed 1: accepts at
     # trials 1-3 of 4 (trials 4 and 5 cut off).
     full = [r.reviews for r in done.runs if r.strategy == "review"]
     assert [[(n, v) for n, v, *_ in r] for r in full] == \
-        [[(1, "override")], [(n, "accepted") for n in range(1, 6)]]
-    assert [r.reviews for r in review] == [full[0], full[1][:3]]
+        [[(1, "override"), (5, "accepted")], [(n, "accepted") for n in range(1, 6)]]
+    assert [r.reviews for r in review] == [full[0][:1], full[1][:3]]
     assert [r.model for r in again.runs if r.strategy == "tpe"] == ["none", "none"]
     assert not (tmp_path / "b.jsonl").exists()  # nothing new was run, nothing written
     # --saved-only: the kept runs whole, nothing run for what the file lacks (cmaes), and a

@@ -94,8 +94,9 @@ class TuneConfig(BaseModel):
     # Past this share of the search's wall time spent waiting for the LLM, the sampler takes the
     # LLM's turns (1.0: no cap). Default: 0.2 where llm and strategy are auto, else no cap.
     llm_time_share: float | None = Field(None, gt=0.0, le=1.0)
-    # `review`: the most trials (a share) on which the LLM may override the sampler's candidate
-    max_override_share: float = Field(0.3, ge=0.0, le=1.0)
+    # `review`: a fixed share of the trials on which the LLM may override the sampler's
+    # candidate; None: the share its track record earns (30% to start, 5% to 80%)
+    max_override_share: float | None = Field(None, ge=0.0, le=1.0)
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
     storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)

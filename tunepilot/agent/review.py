@@ -3,9 +3,12 @@
 Optuna's sampler (TPE, or CMA-ES...) draws a candidate for every trial. On the LLM's turns the
 prompt shows the candidate and what the sampler has learned (TPE's "good" region, CMA-ES's mean
 and step size), and the model accepts it or overrides it with a reason. Overrides are capped at
-a share of the trials (the "Centaur" design, arXiv 2603.24647: an LLM overriding CMA-ES on about
-30% of trials beat both; given 80% it did worse). A model that accepts everything leaves the
-search exactly the sampler's: same seed, same configs.
+a share of any `WINDOW` trials in a row. The share is earned (`tunepilot.memory.trust`): 30% for
+a model with no record (the "Centaur" design, arXiv 2603.24647: an LLM overriding CMA-ES on about
+30% of trials beat both; given 80% it did worse), more for a model whose overrides keep beating
+the sampler's typical trial, a probe every `WINDOW` trials for one whose overrides lose. A
+person may fix the share instead (`max_override_share`). A model that accepts everything leaves
+the search exactly the sampler's: same seed, same configs.
 
 `paced` keeps the LLM's time in proportion: past a share of the search's wall time spent waiting
 for the model, the sampler takes the turn (a turn of a small model on a CPU can cost ten times a
@@ -18,13 +21,13 @@ import math
 from typing import TYPE_CHECKING
 
 from tunepilot.agent.suggest import Candidate, Suggester, Suggestion, SuggestionSkipped
-from tunepilot.memory import History
+from tunepilot.memory import History, trust
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
     from tunepilot.agent.llm_suggester import LLMSuggester
 
-OVERRIDE_SHARE = 0.3  # the published sweet spot
+WINDOW = 20  # overrides are counted over the last WINDOW trials
 LLM_TIME_SHARE = 0.2  # of the search's wall time, at most, waiting for the model
 # What a first turn of the embedded model costs before one is measured: its whole prompt is
 # evaluated cold (the demo's first turn took 8 s on this 2-core VM, bench/llm_turns.py's 14.5 s
@@ -35,29 +38,44 @@ EMBEDDED_FIRST_TURN_S = 8.0
 
 class Reviewer:
     """The LLM's side of `review`: asked with the sampler's candidate while it may still
-    override (at most `max_override_share` of the trials; at least one)."""
+    override: at most its share of the last `WINDOW` trials (at least one). The share is the
+    one its track record earned, or `max_override_share` where a person fixed it."""
 
     reviews = True
 
-    def __init__(self, llm: LLMSuggester, max_override_share: float = OVERRIDE_SHARE,
+    def __init__(self, llm: LLMSuggester, max_override_share: float | None = None,
                  llm_time_share: float = 1.0):
-        if not 0.0 <= max_override_share <= 1.0:
+        if max_override_share is not None and not 0.0 <= max_override_share <= 1.0:
             raise ValueError(f"max_override_share must lie in [0, 1], found {max_override_share}")
         self.llm = llm
         self.max_override_share = max_override_share
         self.llm_time_share = llm_time_share
 
-    def allowed(self, n_trials: int) -> int:
-        """Overrides allowed among the first `n_trials` trials."""
-        if self.max_override_share <= 0:
+    def share(self, history: History) -> float:
+        """The share of overrides the model may take now."""
+        if self.max_override_share is not None:
+            return self.max_override_share
+        return trust.record(history).share
+
+    @staticmethod
+    def allowed(n_trials: int, share: float) -> int:
+        """Overrides allowed among `n_trials` trials at `share`."""
+        if share <= 0:
             return 0
-        return max(1, math.floor(self.max_override_share * n_trials + 1e-9))
+        return max(1, math.floor(share * n_trials + 1e-9))
+
+    def overrides_left(self, history: History) -> int:
+        """Overrides the model may still take on the next trial."""
+        span = min(len(history) + 1, WINDOW)
+        recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
+        used = sum(1 for t in recent if t.review and t.review.verdict == "override")
+        return self.allowed(span, self.share(history)) - used
 
     def __call__(self, space: SearchSpace, history: History, /,
                  candidate: Candidate | None = None) -> Suggestion | None:
         if candidate is None:  # no candidate to review: the sampler proposes as usual
             return None
-        left = self.allowed(len(history) + 1) - history.overrides()
+        left = self.overrides_left(history)
         if left <= 0:  # its share of overrides is used up: nothing to ask
             return None
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)

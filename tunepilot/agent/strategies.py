@@ -5,7 +5,7 @@
 - ``review`` (what ``auto`` means with a model, but for the embedded demonstration model that
   ``--llm auto`` falls back to without a key: Optuna alone, as its reviews measured no gain):
   the sampler draws a candidate every trial; the LLM sees it with the sampler's state and
-  accepts or overrides it, on a capped share of trials (see `review`);
+  accepts or overrides it, on the share of trials its record earns (see `review`);
 - ``hybrid``: the LLM on the first trials and every few after, the sampler the rest, both
   reading one history.
 
@@ -22,7 +22,7 @@ from typing import Any
 from tunepilot.agent.review import (
     EMBEDDED_FIRST_TURN_S,
     LLM_TIME_SHARE,
-    OVERRIDE_SHARE,
+    WINDOW,
     Reviewer,
     paced,
 )
@@ -35,7 +35,7 @@ from tunepilot.memory import redact
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
           target: float | None = None, attempts: int = 3,
           optuna_line: str = "auto sampler", llm_time_share: float | None = None,
-          max_override_share: float = OVERRIDE_SHARE) -> tuple[Suggester | None, Any, str]:
+          max_override_share: float | None = None) -> tuple[Suggester | None, Any, str]:
     """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
     suggester inside it (None without a model), and a line saying what was chosen and why.
 
@@ -101,11 +101,16 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
             if llm_time_share < 1.0 else "" if capped else
             "; asked on all its turns, as named (--llm-time-share caps its share of the time)")
     if strategy == "review":
+        from tunepilot.memory import trust
+
+        share = (f"up to {max_override_share:.0%} of them" if max_override_share is not None
+                 else f"the share its record earns ({trust.EVEN_SHARE:.0%} to start, "
+                 f"{trust.FLOOR:.0%} to {trust.CEILING:.0%} of any {WINDOW} trials)")
         # bench/search.py (bench/README.md): see "review" there for the measured effect.
         return (Reviewer(llm_suggester, max_override_share, llm_time_share), llm_suggester,
                 f"strategy: review (Optuna's {optuna_line} proposes every trial; {choice.name}"
-                f"{where} reviews each candidate and may override up to "
-                f"{max_override_share:.0%} of them{pace}); {choice.reason}")
+                f"{where} reviews each candidate and may override {share}{pace}); "
+                f"{choice.reason}")
     if strategy == "llm":
         return paced(llm_suggester, llm_time_share), llm_suggester, (
             f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} if it "

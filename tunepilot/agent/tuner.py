@@ -55,7 +55,7 @@ class Tuner(AskTell):
         strategy: str = "auto",
         task: str | None = None,
         llm_time_share: float | None = None,
-        max_override_share: float = 0.3,
+        max_override_share: float | None = None,
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
         study: str = "tunepilot",
         suggester: Suggester | None = None,
@@ -77,7 +77,8 @@ class Tuner(AskTell):
             llm: the agent's chat model: a spec ("openai:gpt-4o-mini", "local", "auto",
                 "none") or a langchain chat model. None: Optuna alone (or `suggester`).
             strategy: with an LLM, "review" (Optuna proposes, the LLM reviews each candidate
-                and overrides at most `max_override_share` of them; "auto" means this),
+                and overrides the share its track record earns, or `max_override_share` of
+                them where set; "auto" means this),
                 "hybrid" (they take turns) or "llm" (the LLM proposes every trial). Past
                 `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its
                 turn (default: no cap for a model or strategy named, 0.2 under "auto").

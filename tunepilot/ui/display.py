@@ -120,10 +120,15 @@ def summary_lines(result: TuneResult) -> list[str]:
                   f"  {format_params(result.best_params, digits=3)}"]
     else:
         lines.append("best: no trial completed yet")
-    llm_line = _llm_line(history)
-    if llm_line:
-        lines.append(llm_line)
+    lines += [line for line in (_llm_line(history), record_line(history)) if line]
     return lines
+
+
+def record_line(history: History) -> str | None:
+    """The LLM's track record (`tunepilot.memory.trust`), or None before it proposed."""
+    from tunepilot.memory import trust
+
+    return trust.record(history).line(share=any(t.review for t in history))
 
 
 def _llm_line(history: History) -> str | None:

@@ -107,6 +107,11 @@ class NotebookDisplay(Observer):
                             f"{_e(best.proposer or '?')})" if best else "-"))
         parts = [f"<div style='font-family:monospace;font-size:12px'>{head}"]
         parts += [f"<br>{line}" for line in self._said]
+        from tunepilot.ui.display import record_line
+
+        record = record_line(h)
+        if record:
+            parts.append(f"<br>{_e(record)}")
         if self._final:
             parts.append(f"<br>stopped: {_e(self._final)}")
         cur = self._current

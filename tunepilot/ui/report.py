@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tunepilot.memory import History
 from tunepilot.memory.text import format_params
 from tunepilot.ui import plots
+from tunepilot.ui.display import record_line
 
 if TYPE_CHECKING:
     import jinja2
@@ -95,6 +96,7 @@ def _llm(history: History) -> dict[str, Any] | None:
         "cost": history.llm_spend(),
         "latency": sum(c.latency_s or 0.0 for c in calls) / len(calls),
         "fallbacks": [[n, r] for r, n in reasons.most_common()],
+        "record": record_line(history),
     }
 
 

@@ -55,8 +55,9 @@ def run(
         "its turns (1 = no cap) [default: 0.2 where --llm and --strategy are auto; no cap for a "
         "model or strategy you name]")] = None,
     max_override_share: Annotated[float | None, typer.Option(
-        help="review: the LLM overrides the sampler's candidate on at most this share of the "
-        "trials [default: 0.3]")] = None,
+        help="review: fix the share of trials on which the LLM may override the sampler's "
+        "candidate [default: earned by its record: 30% to start, 5% for a model whose "
+        "overrides lose, up to 80% for one whose overrides keep winning]")] = None,
     storage: Storage = None,
     study: Study = None,
     heartbeat: Annotated[int | None, typer.Option(

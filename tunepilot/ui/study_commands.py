@@ -74,7 +74,7 @@ def show(
     """The trials of a study as a table, best first, with who proposed each."""
     from tunepilot.memory import History, load_study
     from tunepilot.memory.insights import of_study
-    from tunepilot.ui.display import trials_table
+    from tunepilot.ui.display import record_line, trials_table
 
     with user_errors():
         loaded = load_study(*_where(storage, study, config))
@@ -84,6 +84,9 @@ def show(
     lines = of_study(loaded, history).lines()
     if lines:
         say(console, "what the history says:\n" + "\n".join(f"  {line}" for line in lines))
+    record = record_line(history)
+    if record:
+        say(console, record)
     if history.notes:
         say(console, f"agent's notes:\n{history.notes}")
     for hint in history.hints:

@@ -1,0 +1,140 @@
+"""Experts of known quality, served as OpenAI-compatible chat models on loopback.
+
+Their knowledge is a parameter, not a skill: each one holds a task's configs ranked by loss
+(read from a published table, or from many evaluations done once) and answers from a part of
+that ranking. They speak HTTP like vLLM or llama.cpp's server, so the agent's real path
+(langchain, the `openai` client, structured output, validation, retries) carries every answer.
+
+- `oracle:Q`   overrides every candidate (or proposes) with a config from the best Q of the
+               task (`oracle:1%`, `oracle:5%`), with a sentence of reason;
+- `noisy:P`    an `oracle:1%` right with probability P, a config drawn at random otherwise;
+- `misleading` configs from the worst 20%, said as confidently;
+- `accept`     accepts every candidate (proposes a random config when asked for one);
+- `garbage`    never answers with JSON.
+
+    with Expert("oracle:1%", ranked, seed=0) as expert:
+        model = expert.chat_model()  # a ChatOpenAI pointed at it
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+KINDS = ("oracle:Q", "noisy:P", "misleading", "accept", "garbage")
+
+
+def _fraction(text: str) -> float:
+    text = text.strip()
+    return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+
+
+class Expert:
+    """One expert over `ranked` (configs, best first) for one run; `seed` makes its picks."""
+
+    def __init__(self, kind: str, ranked: Sequence[Mapping[str, Any]], seed: int = 0):
+        name, _, arg = kind.partition(":")
+        if name not in ("oracle", "noisy", "misleading", "accept", "garbage") or (
+                name in ("oracle", "noisy") and not arg):
+            raise ValueError(f"unknown expert {kind!r}; expected one of {', '.join(KINDS)}")
+        self.kind, self.name = kind, name
+        self.arg = _fraction(arg) if arg else 0.0
+        self.ranked = list(ranked)
+        self.rng = random.Random(f"{kind}-{seed}")
+        self.proposed: set[str] = set()
+        self.requests = 0
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # What it knows ------------------------------------------------------------------------
+
+    def _pick(self, lo: float, hi: float) -> dict[str, Any]:
+        """A config it has not proposed yet from the ranks [lo, hi) of the ranking (shares)."""
+        n = len(self.ranked)
+        first, last = int(lo * n), max(int(lo * n) + 1, int(hi * n))
+        for _ in range(50):
+            config = dict(self.ranked[self.rng.randrange(first, last)])
+            key = json.dumps(config, sort_keys=True)
+            if key not in self.proposed:
+                break
+        self.proposed.add(key)
+        return config
+
+    def config(self) -> tuple[dict[str, Any], str]:
+        """Its next config and the reason it gives."""
+        if self.name == "oracle" or (self.name == "noisy" and self.rng.random() < self.arg):
+            q = self.arg if self.name == "oracle" else 0.01
+            return self._pick(0.0, q), (f"Published results on this task put this configuration "
+                                        f"among the best {q:.0%}.")
+        if self.name == "misleading":
+            return self._pick(0.8, 1.0), ("Published results on this task put this "
+                                          "configuration among the best; it should beat the "
+                                          "candidate.")
+        return self._pick(0.0, 1.0), "A configuration from a different part of the space."
+
+    def answer(self, request: Mapping[str, Any]) -> str:
+        """The assistant message for a chat-completions request body."""
+        self.requests += 1
+        if self.name == "garbage":
+            return "I would raise the learning rate a little and see what happens."
+        schema = ((request.get("response_format") or {}).get("json_schema") or {}).get(
+            "schema") or {}
+        review = "decision" in (schema.get("properties") or {})
+        if review and self.name == "accept":
+            return json.dumps({"decision": "accept", "config": {},
+                               "rationale": "The optimizer's candidate is a sound next step."})
+        config, why = self.config()
+        body: dict[str, Any] = {"config": config, "rationale": why}
+        return json.dumps({"decision": "override", **body} if review else body)
+
+    # Serving ------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def chat_model(self) -> Any:
+        from langchain_openai import ChatOpenAI
+
+        return ChatOpenAI(model=f"expert-{self.kind}", base_url=self.base_url,
+                          api_key="not-needed", max_retries=0, timeout=30)  # type: ignore[arg-type]
+
+    def __enter__(self) -> Expert:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        expert = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                request = json.loads(self.rfile.read(length) or b"{}")
+                content = expert.answer(request)
+                body = json.dumps({
+                    "id": f"chatcmpl-{expert.requests}", "object": "chat.completion",
+                    "created": int(time.time()), "model": request.get("model", "expert"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": 1000, "completion_tokens": 40,
+                              "total_tokens": 1040}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
