@@ -9,9 +9,10 @@ Strategies (every one on the same tasks and seeds, trial 0 the task's default co
 
 - `optuna-tpe`: Optuna alone as its users run it (`TPESampler(seed=seed)`), the peer;
 - `auto`: tunepilot without a key (its sampler rule, no LLM);
-- `review:EXPERT`: tunepilot's default with a model (`--strategy auto` with a key is `review`):
-  the sampler's candidate every trial, the expert accepts or overrides it, its share of
-  overrides earned from its record (tunepilot/memory/trust.py);
+- `review:EXPERT`: tunepilot's default with a model (`--strategy auto` with a key is `review`,
+  over the default sampler rule `auto`): the sampler's candidate every trial, the expert
+  accepts or overrides it, its share of overrides earned from its record
+  (tunepilot/memory/trust.py);
 - `fixed:EXPERT`: the same with the share fixed at 30%, as before this round.
 
 Measures: the best config's rank in the table after 5/10/20/30 trials, as the share of the
@@ -66,7 +67,8 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
     mode, _, kind = strategy.partition(":")
     configs, _ = ranked(task_name)
     with Expert(kind, configs, seed) as expert:
-        run = run_one(task, "review", seed, budget, expert.chat_model(),
+        # The product's default with a key: review over the default sampler rule.
+        run = run_one(task, "review", seed, budget, expert.chat_model(), sampler="auto",
                       max_override_share=0.3 if mode == "fixed" else None)
         requests = expert.requests
     run.strategy, run.model = strategy, f"expert {kind}; requests {requests}"
@@ -130,6 +132,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="processes [2]")
     parser.add_argument("--results", type=Path, action="append", default=[], metavar="FILE",
                         help="keep finished runs (JSON lines) and reuse those it holds")
+    parser.add_argument("--saved-only", action="store_true",
+                        help="run nothing: the tables of the runs the --results files hold")
     args = parser.parse_args()
     tasks, strategies = args.tasks.split(","), args.strategies.split(",")
     saved = Saved(args.results)
@@ -144,7 +148,7 @@ def main() -> None:
                         and len(r.values) >= args.budget]
                 if kept:
                     runs.append(kept[0].first(args.budget))
-                else:
+                elif not args.saved_only:
                     todo.append((task, s, seed))
     start = time.time()
     with ProcessPoolExecutor(args.jobs) as pool:

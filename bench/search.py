@@ -373,6 +373,7 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None,
         startup, every = (int(n) for n in strategy.split(":")[1].split("/"))
         _, llm_suggester, _ = agent(llm, "llm", task=task.description, n_trials=budget)
         suggester = alternate(llm_suggester, startup=startup, every=every)
+    kind = tuner_kw.pop("sampler", kind)
     tuner = Tuner(trainers.callable(train), task.space,
                   llm=llm if uses_llm else None, suggester=suggester,
                   strategy=strategy if uses_llm else "auto",
