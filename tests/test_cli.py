@@ -121,6 +121,14 @@ def test_run_resume_show_best(workdir):
     assert best.returncode == 0, best.stderr
     assert json.loads(best.stdout) == {"epochs": 3, "seed": 0, "x": study.best_params["x"]}
 
+    # What the study's LLM would read for its next trial, as it would read it.
+    prompt = run_tune("prompt", "--storage", "sqlite:///s.db", cwd=workdir)
+    assert prompt.returncode == 0, prompt.stderr
+    assert prompt.stdout.startswith("# system\nYou are tunepilot")
+    assert "Trial #10 (11 of a budget of 10)" in prompt.stdout
+    assert "Train the user's model 'toy:quadratic'" in prompt.stdout
+    assert f"#{study.best_trial.number} [" in prompt.stdout  # the best trial is shown
+
 
 def test_show_names_the_studies_when_the_name_is_wrong(workdir):
     run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic",

@@ -96,7 +96,7 @@ def test_prompt_carries_history_notes_hints_and_running_trials(storage):
     assert "opt=sgd was unstable last time" in prompt
     assert "Best so far:" in prompt and "#0 [llm] x=1 opt=adam -> 1.0000" in prompt
     assert f"#{running.number} x=" in prompt.split("Running now")[1]
-    assert "Trial 4 of a budget of 10" in prompt
+    assert "Trial #3 (4 of a budget of 10)" in prompt
 
 
 def test_prompt_size_is_bounded_however_long_the_history(storage):

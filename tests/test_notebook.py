@@ -82,7 +82,7 @@ def test_a_hint_reaches_the_next_prompt(storage):
     assert len(prompts) == 2
     assert "try bf16" not in prompts[0]
     assert "Hints from the person" in prompts[1] and "try bf16" in prompts[1]
-    assert "Trial 2 of a budget of 2" in prompts[1]  # run() told the agent its budget
+    assert "Trial #1 (2 of a budget of 2)" in prompts[1]  # run() told the agent its budget
 
 
 def test_enqueue_runs_the_persons_config_next(storage):

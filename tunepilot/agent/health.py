@@ -56,7 +56,7 @@ class Health:
 
     def failed(self, error: Exception) -> Failure:
         """The turn's request failed in transport (`error`, after retries)."""
-        text = str(error)
+        text = str(error).rstrip(". ")  # "Connection error." reads once, not "error.."
         status = getattr(error.__cause__, "status_code", None)
         if status in (401, 403, 404):
             what = "the API key was refused" if status != 404 else "the model does not exist"

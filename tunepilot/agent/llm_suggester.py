@@ -96,7 +96,7 @@ class LLMSuggester:
                               notes=_notes(answer.get("notes")), meta=meta)
 
         return self._converse(space, lambda feedback: self.prompt(space, history, feedback),
-                              proposal, review=False)
+                              proposal, review=False, curves=has_curves(history))
 
     def review(self, space: SearchSpace, history: History, candidate: Candidate, *,
                overrides_left: int) -> Suggestion:
@@ -123,11 +123,11 @@ class LLMSuggester:
         return self._converse(
             space, lambda feedback: self.prompt(space, history, feedback, candidate=candidate,
                                                 overrides_left=overrides_left),
-            verdict, review=True)
+            verdict, review=True, curves=has_curves(history))
 
     def _converse(self, space: SearchSpace, prompt: Callable[[str | None], str],
                   read: Callable[[Mapping[str, Any], dict[str, Any]], Suggestion], *,
-                  review: bool) -> Suggestion:
+                  review: bool, curves: bool = True) -> Suggestion:
         """Asks until `read` accepts an answer (an invalid one goes back with its error)."""
         from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -138,7 +138,7 @@ class LLMSuggester:
         if sitting_out is not None:  # no request at all: costs nothing
             raise SuggestionFailed(sitting_out, self._close(meta, start))
         feedback, last = None, None
-        system = render("system.j2", metric=self.metric, review=review, notes=self.notes)
+        system = self.system_prompt(review, curves)
         for _ in range(1 if self.health.probing else self.attempts):
             meta["attempts"] += 1
             try:
@@ -170,6 +170,12 @@ class LLMSuggester:
             f"no valid answer in {meta['attempts']} attempts; last: {last}"[:400], last[:200])
         raise SuggestionFailed(cause, self._close(meta, start))
 
+    def system_prompt(self, review: bool, curves: bool = True) -> str:
+        """The system prompt: the rules of a `review` or a proposal turn; the rules for reading
+        learning curves only where the trials report curves (`curves`)."""
+        return render("system.j2", metric=self.metric, review=review, notes=self.notes,
+                      curves=curves)
+
     def prompt(self, space: SearchSpace, history: History, feedback: str | None = None, *,
                candidate: Candidate | None = None, overrides_left: int = 0) -> str:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
@@ -185,7 +191,7 @@ class LLMSuggester:
             task=self.task,
             metric=self.metric,
             target=self.target,
-            trial_number=len(history) + 1,
+            trial_number=len(history),  # the next trial's number: they count from #0
             n_trials=self.n_trials,
             space=[(name, p.describe()) for name, p in space.params.items()],
             fixed=", ".join(f"{k}={v}" for k, v in space.fixed.items()),
@@ -266,6 +272,11 @@ class LLMSuggester:
         meta["cost_usd"] = cost_usd(self.model_name, meta["tokens_in"], meta["tokens_out"],
                                     self.prices)
         return {"llm": meta}
+
+
+def has_curves(history: History) -> bool:
+    """Whether the trials report learning curves (more than one epoch each)."""
+    return any(len(t.curve) > 1 for t in history)
 
 
 def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False) -> dict[str, Any]:

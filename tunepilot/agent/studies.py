@@ -211,3 +211,30 @@ def _drop_option(args: list[str], name: str) -> list[str]:
         elif not a.startswith(name + "="):
             out.append(a)
     return out
+
+
+def next_prompt(storage: str, study: str | None = None) -> str:
+    """The system prompt and the next trial's prompt, exactly as the LLM of a study made by
+    `tune run` / `tune create` would read them now (`tune prompt`)."""
+    from tunepilot.agent.build import _task_description
+    from tunepilot.agent.llm_suggester import LLMSuggester, has_curves
+    from tunepilot.space import SearchSpace
+
+    loaded = load_study(storage, study)
+    history = History.from_study(loaded)
+    stored, space = history.settings.get("config"), history.settings.get("space")
+    if stored is None or space is None:
+        raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
+                          "create`, so its task and space are unknown: there is no prompt to "
+                          "show.")
+    cfg = TuneConfig.model_validate({**stored, "storage": storage,
+                                     "study": loaded.study_name})
+    # No model: only its prompts are read, it is never asked.
+    llm = LLMSuggester(None, model_name="-",  # type: ignore[arg-type]
+                       task=cfg.task or _task_description(cfg, []), n_trials=cfg.n_trials,
+                       target=cfg.target)
+    review = cfg.strategy in ("auto", "review")
+    more = ("\n(`review`: at its turn, the sampler's candidate and what the sampler has "
+            "learned follow, with the answer's form.)" if review else "")
+    return (f"# system\n{llm.system_prompt(review, has_curves(history))}\n\n# the next "
+            f"trial's prompt\n{llm.prompt(SearchSpace.model_validate(space), history)}{more}")

@@ -94,6 +94,16 @@ def show(
 
 
 @app.command()
+def prompt(storage: Storage = None, study: Study = None, config: ConfigFile = None) -> None:
+    """The exact prompt the study's LLM would read for its next trial (system and user)."""
+    from tunepilot.agent import studies
+
+    with user_errors():
+        text = studies.next_prompt(*_where(storage, study, config))
+    typer.echo(text)
+
+
+@app.command()
 def best(storage: Storage = None, study: Study = None, config: ConfigFile = None) -> None:
     """The best config of a study as JSON (tuned parameters and fixed settings)."""
     from tunepilot.agent import studies
