@@ -185,7 +185,7 @@ def test_the_readmes_config_file_runs_its_defaults_then_its_start_config(tmp_pat
     from tunepilot import load_config
     from tunepilot.agent.build import from_config
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     block = re.search(r"```toml\n(# tune\.toml\n.*?)```", readme, re.S)
     assert block is not None
     (tmp_path / "tune.toml").write_text(block.group(1))

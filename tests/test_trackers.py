@@ -140,7 +140,7 @@ def test_the_readme_track_commands_verbatim(tmp_path, monkeypatch):
     """Each README line in a folder of its own (a fresh study), as a person would try them."""
     from mlflow import MlflowClient
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "tracking.md").read_text()
     for name in ("WANDB_API_KEY", "WANDB_MODE"):  # no account: W&B's offline mode
         monkeypatch.delenv(name, raising=False)
     env = {"WANDB_SILENT": "true"}
