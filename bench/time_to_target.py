@@ -119,11 +119,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 [10]")
     parser.add_argument("--steps", action="store_true",
                         help="also `before` with each of the three changes alone")
+    parser.add_argument("--variants", help="comma-separated, instead of the default set")
     parser.add_argument("--pruners", action="store_true",
                         help="also `default` with the first rung at epoch 1, and with no pruner")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     variants = VARIANTS + (STEPS if args.steps else ()) + (PRUNERS if args.pruners else ())
+    if args.variants:
+        variants = tuple(args.variants.split(","))
     print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds 0..{args.seeds - 1}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     data = trainers.load_data("synthetic")
