@@ -263,3 +263,23 @@ def test_an_override_without_a_reason_in_words_is_refused_and_the_candidate_runs
     assert history[0].user_attrs["review"]["override"] == {"x": 7.5, "opt": "sgd"}
     assert history[0].why == "an override refused, TPE's candidate ran (no reason given in words)"
     assert history[0].rationale == "1.1.1,"  # kept as written
+
+
+def test_the_report_says_why_importance_is_missing_and_prints_the_best_config_readably():
+    from tunepilot.ui.report import render_html
+
+    tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:", study="p",
+                  sampler="tpe", pruner="none", display=None)
+    tuner.hint("x above 5 never helped")
+    tuner.run(n_trials=5)
+    history = History.from_study(tuner.study)
+    page = render_html(tuner.study, history)
+    assert ("Parameter importance is drawn from 10 complete trials of 2 or more tuned "
+            "parameters on; this study has 5 complete trials of 2 parameters.") in page
+    x = history.best_trial.params["x"]
+    assert f"<td>{x:.4g}</td>" in page and f"<td>{x!r}</td>" not in page
+    assert "x above 5 never helped" in page  # the person's hints are in it
+    tuner.run(n_trials=12)
+    page = render_html(tuner.study, History.from_study(tuner.study))
+    assert "Parameter importance is drawn from" not in page
+    assert "Parameter importance (PED-ANOVA)" in page

@@ -68,7 +68,8 @@ def history_figure(history: History) -> Figure:
     ax.set_xlabel("trial")
     ax.set_ylabel("validation loss")
     if done:
-        ax.legend(loc="upper right", fontsize=8)
+        # Beside the axes, never over a trial's point.
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)
     return _done(fig)
 
 

@@ -48,8 +48,10 @@ def render_html(study: optuna.Study, history: History) -> str:
         states=", ".join(f"{n} {s}" for s, n in sorted(states.items())),
         proposers=", ".join(f"{n} {p}" for p, n in sorted(proposers.items())),
         best=best,
-        best_config=[[k, v] for k, v in history.config_of(best).items()] if best else [],
+        best_config=[[k, f"{v:.4g}" if isinstance(v, float) else v]
+                     for k, v in history.config_of(best).items()] if best else [],
         figures=_figures(study, history),
+        importance_note=_importance_note(study, history),
         llm=_llm(history),
         failures=_failures(history),
         notes=history.notes,
@@ -75,11 +77,24 @@ def _figures(study: optuna.Study, history: History) -> list[tuple[str, str]]:
     if found:  # drawn for the parameters the insights name (Optuna's plot evaluates again)
         figures.append(("Parameter importance (PED-ANOVA)",
                         plots.importance_figure(study, found)))
+
     if any(t.curve for t in history.best(5)):
         figures.append(("Learning curves of the best trials", plots.curves_figure(history)))
     if len(history.completed()) >= 2:
         figures.append(("Configs of the completed trials", plots.parallel_figure(study)))
     return [(title, _png(fig)) for title, fig in figures]
+
+
+def _importance_note(study: optuna.Study, history: History) -> str | None:
+    """Why the report has no importance figure, or None when it has one."""
+    from tunepilot.memory.insights import MIN_TRIALS_IMPORTANCE
+
+    if plots.importance(study):
+        return None
+    n, tuned = len(history.completed()), len({k for t in history for k in t.params})
+    return (f"Parameter importance is drawn from {MIN_TRIALS_IMPORTANCE} complete trials of 2 "
+            f"or more tuned parameters on; this study has {n} complete trial"
+            f"{'s' if n != 1 else ''} of {tuned} parameter{'s' if tuned != 1 else ''}.")
 
 
 def _llm(history: History) -> dict[str, Any] | None:
