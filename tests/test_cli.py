@@ -101,6 +101,9 @@ def test_run_resume_show_best(workdir):
     first = run_tune(*args, "--n-trials", "6", cwd=workdir)
     assert first.returncode == 0, first.stderr
     assert "budget of 6 trials used" in first.stdout
+    # After the first trial, once: how long the rest may take at its pace.
+    assert first.stdout.count("pace: trial 0 took ") == 1
+    assert "the 5 trials left would take about " in first.stdout
     assert "to resume: tune run" in first.stdout and "--n-trials 12" in first.stdout
 
     second = run_tune(*args, "--n-trials", "10", cwd=workdir)

@@ -180,6 +180,17 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
     return table
 
 
+def pace_line(record: TrialRecord, left: int) -> str | None:
+    """After the run's first trial: how long the rest may take at its pace, so a slow machine
+    says so at once rather than after the night."""
+    if record.duration_s is None or left < 2:
+        return None
+    total = record.duration_s * left
+    eta = f"{total / 60:.0f} min" if total >= 90 else f"{total:.0f} s"
+    return (f"pace: trial {record.number} took {record.duration_s:.1f} s; the {left} trials "
+            f"left would take about {eta} at this pace (--timeout bounds the wall time)")
+
+
 class PlainDisplay(Observer):
     """One line per trial, for logs and pipes."""
 
@@ -190,8 +201,11 @@ class PlainDisplay(Observer):
         self.prefix = prefix  # e.g. "[w2] ": which worker printed the line
         self._said_skip = False
         self._waiting_for: list[int] | None = None
+        self._paced = False
+        self._budget = 0
 
     def start(self, study: str, n_trials: int, history: History) -> None:
+        self._budget = n_trials
         done = len(history.finished())
         resumed = f" (resuming: {done} trials done)" if done else ""
         self.console.print(f"{self.prefix}study {study}: up to {n_trials} trials{resumed}",
@@ -203,6 +217,11 @@ class PlainDisplay(Observer):
             why = why_line(record) or self._skipped_once(record)
             if why:
                 self.console.print(f"{self.prefix}      {why[:160]}", markup=False)
+            pace = None if self._paced else pace_line(record, self._budget - len(
+                history.finished()))
+            if pace:
+                self._paced = True
+                self.console.print(f"{self.prefix}{pace}", markup=False)
 
     def _skipped_once(self, record: TrialRecord) -> str | None:
         """The first time the sampler takes the LLM's turn for its time share (the summary
