@@ -111,7 +111,7 @@ def curves_figure(history: History, k: int = 5) -> Figure:
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation loss")
     if shown or running:
-        ax.legend(fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)
     return _done(fig)
 
 
