@@ -290,10 +290,6 @@ class History(Sequence[TrialRecord]):
         """Seconds spent waiting for the LLM over the whole study."""
         return sum(t.llm.latency_s or 0.0 for t in self.trials if t.llm)
 
-    def overrides(self) -> int:
-        """Trials where the LLM overrode the sampler's candidate (the `review` strategy)."""
-        return sum(1 for t in self.trials if t.review and t.review.verdict == "override")
-
     @property
     def fixed(self) -> Mapping[str, Any]:
         """The fixed settings of the study's space (epochs, seed...), as stored."""
