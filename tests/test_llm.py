@@ -294,3 +294,21 @@ def test_llm_token_budget_stops_the_search(storage):
     assert 2 <= result.n_finished <= 4  # ~400 tokens a trial
     assert result.stop_reason.startswith("LLM tokens ") and "reached the budget of 1,000" in \
         result.stop_reason
+
+
+def test_the_prompt_names_the_users_metric_and_gives_curve_rules_only_with_curves():
+    from tunepilot.agent.llm_suggester import has_curves
+    from tunepilot.memory import History, TrialRecord
+
+    assert load_config(metric="1 - validation accuracy").metric == "1 - validation accuracy"
+    llm = LLMSuggester(None, model_name="-", task="t", n_trials=5,  # type: ignore[arg-type]
+                       metric="1 - validation accuracy")
+    space = SearchSpace.of(x=Float(0.0, 1.0))
+    one_epoch = History((TrialRecord(number=0, state="complete", params={"x": 0.5}, value=0.2,
+                                     curve=(0.2,), proposer="optuna"),))
+    prompt = llm.prompt(space, one_epoch)
+    assert "Metric: 1 - validation accuracy; the search minimizes it" in prompt
+    assert "Trial #1 (2 of a budget of 5)" in prompt  # one numbering: trials count from #0
+    assert not has_curves(one_epoch)
+    assert "learning curves" not in llm.system_prompt(review=False, curves=False)
+    assert "Read the learning curves" in llm.system_prompt(review=True, curves=True)

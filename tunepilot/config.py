@@ -98,6 +98,9 @@ class TuneConfig(BaseModel):
     # candidate; None: the share its track record earns (30% to start, 5% to 80%)
     max_override_share: float | None = Field(None, ge=0.0, le=1.0)
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
+    # what the trainer returns, in words, for the LLM's prompt (the study minimizes it), e.g.
+    # "1 - validation accuracy" or "negated BLEU (higher BLEU is better)"
+    metric: str = Field("validation loss", min_length=1, max_length=200)
     storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)
     retry_interrupted: int = Field(1, ge=0)  # re-run a killed worker's trial this many times

@@ -124,6 +124,7 @@ def _strategy(cfg: TuneConfig, task: str) -> tuple[Suggester | None, Any, str]:
                            cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path)
     return strategy_agent(settings, cfg.strategy, task=task, n_trials=cfg.n_trials,
                           target=cfg.target, attempts=cfg.llm_attempts, optuna_line=optuna_line,
+                          metric=cfg.metric,
                           llm_time_share=cfg.llm_time_share,
                           max_override_share=cfg.max_override_share)
 

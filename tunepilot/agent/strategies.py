@@ -35,7 +35,8 @@ from tunepilot.memory import redact
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
           target: float | None = None, attempts: int = 3,
           optuna_line: str = "auto sampler", llm_time_share: float | None = None,
-          max_override_share: float | None = None) -> tuple[Suggester | None, Any, str]:
+          max_override_share: float | None = None,
+          metric: str = "validation loss") -> tuple[Suggester | None, Any, str]:
     """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
     suggester inside it (None without a model), and a line saying what was chosen and why.
 
@@ -92,6 +93,7 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     if llm_time_share is None:
         llm_time_share = 1.0 if named else LLM_TIME_SHARE
     llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
+                                 metric=metric,
                                  n_trials=n_trials, target=target, prices=settings.prices,
                                  attempts=min(attempts, 2) if small else attempts,
                                  history_k=3 if small else 5, notes=not small,

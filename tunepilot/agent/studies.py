@@ -232,7 +232,7 @@ def next_prompt(storage: str, study: str | None = None) -> str:
     # No model: only its prompts are read, it is never asked.
     llm = LLMSuggester(None, model_name="-",  # type: ignore[arg-type]
                        task=cfg.task or _task_description(cfg, []), n_trials=cfg.n_trials,
-                       target=cfg.target)
+                       target=cfg.target, metric=cfg.metric)
     review = cfg.strategy in ("auto", "review")
     more = ("\n(`review`: at its turn, the sampler's candidate and what the sampler has "
             "learned follow, with the answer's form.)" if review else "")

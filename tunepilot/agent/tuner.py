@@ -54,6 +54,7 @@ class Tuner(AskTell):
         llm: str | Any | None = None,
         strategy: str = "auto",
         task: str | None = None,
+        metric: str = "validation loss",
         llm_time_share: float | None = None,
         max_override_share: float | None = None,
         storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
@@ -83,6 +84,8 @@ class Tuner(AskTell):
                 `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its
                 turn (default: no cap for a model or strategy named, 0.2 under "auto").
             task: one or two sentences for the LLM about what is trained.
+            metric: what the trainer returns, in words, for the LLM ("1 - validation
+                accuracy"); the study minimizes it.
             sampler: a name ("auto", "tpe", "cmaes", "gp", "random": seeded by `seed`, the
                 study's name and the trial), an Optuna sampler, or trial number -> sampler.
             start: configs (whole or partial) a new study runs first, after the space's
@@ -112,7 +115,8 @@ class Tuner(AskTell):
 
             suggester, self.llm_agent, self.strategy_note = agent(
                 llm, strategy, task=task or "Train the user's model; lower loss is better.",
-                llm_time_share=llm_time_share, max_override_share=max_override_share)
+                llm_time_share=llm_time_share, max_override_share=max_override_share,
+                metric=metric)
         self.suggester = suggester
         self.sampler = sampler
         # Said as a run starts, as `tune run` says them (which prints its own and clears these).
