@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-import time
+import sys
 from collections.abc import Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.llm_server import ScriptedLLMServer
 
 KINDS = ("oracle:Q", "noisy:P", "misleading", "accept", "garbage")
 
@@ -48,9 +51,7 @@ class Expert:
         self.rng = random.Random(f"{kind}-{seed}")
         self.proposed: set[str] = set()
         self.requests = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._server = ScriptedLLMServer(self.answer, model=f"expert-{kind}")
 
     # What it knows ------------------------------------------------------------------------
 
@@ -93,11 +94,11 @@ class Expert:
         body: dict[str, Any] = {"config": config, "rationale": why}
         return json.dumps({"decision": "override", **body} if review else body)
 
-    # Serving ------------------------------------------------------------------------------
+    # Serving: the same loopback OpenAI-compatible server the tests script -----------------
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return self._server.base_url
 
     def chat_model(self) -> Any:
         from langchain_openai import ChatOpenAI
@@ -106,35 +107,8 @@ class Expert:
                           api_key="not-needed", max_retries=0, timeout=30)  # type: ignore[arg-type]
 
     def __enter__(self) -> Expert:
-        self._thread.start()
+        self._server.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        expert = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                request = json.loads(self.rfile.read(length) or b"{}")
-                content = expert.answer(request)
-                body = json.dumps({
-                    "id": f"chatcmpl-{expert.requests}", "object": "chat.completion",
-                    "created": int(time.time()), "model": request.get("model", "expert"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 1000, "completion_tokens": 40,
-                              "total_tokens": 1040}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        return Handler
+        self._server.__exit__(*exc)

@@ -145,3 +145,33 @@ def test_finished_runs_are_kept_and_reused_instead_of_run_again(search, tmp_path
     rows = search.table(kept, [task], ["tpe", "cmaes"], [6, 8]).splitlines()[2:]
     assert "score" in rows[0].split("|")[3] and rows[1].split("|")[3:5] == [" - ", " - "]
     assert "| tpe | 0." in search.summary(kept, [task], ["tpe", "cmaes"], [6, 8])
+
+
+def test_the_knowledge_experts_answer_from_their_part_of_the_ranking():
+    """bench/experts.py: what each expert answers, read back from its HTTP server."""
+    import urllib.request
+
+    spec = importlib.util.spec_from_file_location("bench_experts", ROOT / "bench" / "experts.py")
+    experts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experts)
+    ranked = [{"x": float(i)} for i in range(200)]  # best first
+    review = {"response_format": {"json_schema": {"schema": {"properties": {"decision": {}}}}}}
+
+    def ask(expert, request):
+        body = json.dumps({"model": "m", "messages": [], **request}).encode()
+        req = urllib.request.Request(f"{expert.base_url}/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())["choices"][0]["message"]["content"]
+
+    with experts.Expert("oracle:1%", ranked, seed=0) as oracle:
+        answers = [json.loads(ask(oracle, review)) for _ in range(2)]
+    assert all(a["decision"] == "override" and a["config"]["x"] in (0.0, 1.0) for a in answers)
+    assert answers[0]["config"] != answers[1]["config"]  # never the same config twice
+    with experts.Expert("misleading", ranked, seed=0) as bad:
+        assert json.loads(ask(bad, {}))["config"]["x"] >= 160  # the worst 20%, proposing
+    with experts.Expert("accept", ranked) as accept, experts.Expert("garbage", ranked) as junk:
+        assert json.loads(ask(accept, review))["decision"] == "accept"
+        assert not ask(junk, review).lstrip().startswith("{")
+    with pytest.raises(ValueError, match="unknown expert 'oracle'"):
+        experts.Expert("oracle", ranked)
