@@ -8,6 +8,7 @@ Text from a model or a trainer is printed as text, never as rich markup.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -53,8 +54,6 @@ def trial_line(record: TrialRecord, history: History) -> str:
 def short_cause(reason: str | None) -> str:
     """Why the sampler took the LLM's turn, in a few words for the trial's line ("not JSON",
     "lr=50 out of range", "unreachable"); the log and `tune show` keep the whole reason."""
-    import re
-
     text = reason or ""
     for start, words in (("LLM sitting out", "sitting out"), ("LLM switched off", "LLM off"),
                          ("LLM off", "LLM off"), ("LLM unreachable", "unreachable")):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tunepilot.agent.observer import Observer
 from tunepilot.memory import History, TrialRecord
 from tunepilot.memory.text import format_params, loss
-from tunepilot.ui.display import console_display
+from tunepilot.ui.display import console_display, record_line
 
 if TYPE_CHECKING:
     from tunepilot.agent.results import TuneResult
@@ -107,8 +107,6 @@ class NotebookDisplay(Observer):
                             f"{_e(best.proposer or '?')})" if best else "-"))
         parts = [f"<div style='font-family:monospace;font-size:12px'>{head}"]
         parts += [f"<br>{line}" for line in self._said]
-        from tunepilot.ui.display import record_line
-
         record = record_line(h)
         if record:
             parts.append(f"<br>{_e(record)}")

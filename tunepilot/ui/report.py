@@ -37,6 +37,8 @@ def write_report(study: optuna.Study, path: str | Path) -> Path:
 def render_html(study: optuna.Study, history: History) -> str:
     from tunepilot.memory.insights import of_study
 
+    found = of_study(study, history)  # once: importance evaluates PED-ANOVA
+    importance = dict(found.importance)
     best = history.best_trial
     states = collections.Counter(t.state for t in history)
     proposers = collections.Counter(t.proposer or "?" for t in history)
@@ -50,12 +52,12 @@ def render_html(study: optuna.Study, history: History) -> str:
         best=best,
         best_config=[[k, f"{v:.4g}" if isinstance(v, float) else v]
                      for k, v in history.config_of(best).items()] if best else [],
-        figures=_figures(study, history),
-        importance_note=_importance_note(study, history),
+        figures=_figures(study, history, importance),
+        importance_note=None if importance else _importance_note(history),
         llm=_llm(history),
         failures=_failures(history),
         notes=history.notes,
-        insights=of_study(study, history).lines(),
+        insights=found.lines(),
         hints=history.hints,
         trials=[[t.number, t.state, f"{t.value:.5f}" if t.value is not None else "-", t.proposer,
                  format_params(t.params), t.why[:100]] for t in trials],
@@ -71,13 +73,12 @@ def _template() -> jinja2.Template:
     return env.get_template("report.html.j2")
 
 
-def _figures(study: optuna.Study, history: History) -> list[tuple[str, str]]:
+def _figures(study: optuna.Study, history: History,
+             importance: dict[str, float]) -> list[tuple[str, str]]:
     figures = [("Optimization history", plots.history_figure(history))]
-    found = plots.importance(study)
-    if found:  # drawn for the parameters the insights name (Optuna's plot evaluates again)
+    if importance:  # drawn for the parameters the insights name (Optuna's plot evaluates again)
         figures.append(("Parameter importance (PED-ANOVA)",
-                        plots.importance_figure(study, found)))
-
+                        plots.importance_figure(study, importance)))
     if any(t.curve for t in history.best(5)):
         figures.append(("Learning curves of the best trials", plots.curves_figure(history)))
     if len(history.completed()) >= 2:
@@ -85,12 +86,10 @@ def _figures(study: optuna.Study, history: History) -> list[tuple[str, str]]:
     return [(title, _png(fig)) for title, fig in figures]
 
 
-def _importance_note(study: optuna.Study, history: History) -> str | None:
-    """Why the report has no importance figure, or None when it has one."""
+def _importance_note(history: History) -> str:
+    """Why the report has no importance figure."""
     from tunepilot.memory.insights import MIN_TRIALS_IMPORTANCE
 
-    if plots.importance(study):
-        return None
     n, tuned = len(history.completed()), len({k for t in history for k in t.params})
     return (f"Parameter importance is drawn from {MIN_TRIALS_IMPORTANCE} complete trials of 2 "
             f"or more tuned parameters on; this study has {n} complete trial"
