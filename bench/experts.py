@@ -5,11 +5,13 @@ Their knowledge is a parameter, not a skill: each one holds a task's configs ran
 that ranking. They speak HTTP like vLLM or llama.cpp's server, so the agent's real path
 (langchain, the `openai` client, structured output, validation, retries) carries every answer.
 
-- `oracle:Q`   overrides every candidate (or proposes) with a config from the best Q of the
-               task (`oracle:1%`, `oracle:5%`), with a sentence of reason;
+- `oracle:Q`   overrides every candidate (or proposes, or opens a study with k configs) with
+               configs from the best Q of the task (`oracle:1%`, `oracle:5%`), with a sentence
+               of reason;
 - `noisy:P`    an `oracle:1%` right with probability P, a config drawn at random otherwise;
 - `misleading` configs from the worst 20%, said as confidently;
-- `accept`     accepts every candidate (proposes a random config when asked for one);
+- `accept`     accepts every candidate, proposes no opening (a random config when asked for
+               one);
 - `garbage`    never answers with JSON.
 
     with Expert("oracle:1%", ranked, seed=0) as expert:
@@ -87,8 +89,14 @@ class Expert:
         schema = ((request.get("response_format") or {}).get("json_schema") or {}).get(
             "schema") or {}
         review = "decision" in (schema.get("properties") or {})
+        if "configs" in (schema.get("properties") or {}):  # the opening: k configs at once
+            if self.name == "accept":  # knows nothing: the sampler starts alone
+                return json.dumps({"configs": [], "rationale": "No prior for this task."})
+            k = int((schema["properties"]["configs"]).get("maxItems") or 1)
+            picks = [self.config() for _ in range(k)]
+            return json.dumps({"configs": [c for c, _ in picks], "rationale": picks[0][1]})
         if review and self.name == "accept":
-            return json.dumps({"decision": "accept", "config": {},
+            return json.dumps({"decision": "accept",
                                "rationale": "The optimizer's candidate is a sound next step."})
         config, why = self.config()
         body: dict[str, Any] = {"config": config, "rationale": why}

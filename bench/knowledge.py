@@ -9,11 +9,13 @@ Strategies (every one on the same tasks and seeds, trial 0 the task's default co
 
 - `optuna-tpe`: Optuna alone as its users run it (`TPESampler(seed=seed)`), the peer;
 - `auto`: tunepilot without a key (its sampler rule, no LLM);
-- `review:EXPERT`: tunepilot's default with a model (`--strategy auto` with a key is `review`,
-  over the default sampler rule `auto`): the sampler's candidate every trial, the expert
-  accepts or overrides it, its share of overrides earned from its record
+- `review+open:EXPERT`: tunepilot's default with a model (`--strategy auto` with a key is
+  `review`, over the default sampler rule `auto`): the expert's zero-shot opening (one turn, a
+  tenth of the budget in configs) after trial 0, then the sampler's candidate every trial, the
+  expert accepts or overrides it, its share of overrides earned from its record
   (tunepilot/memory/trust.py);
-- `fixed:EXPERT`: the same with the share fixed at 30%, as before this round.
+- `review:EXPERT`: the same without the opening (`opening=0`);
+- `fixed:EXPERT`: `review` with the share fixed at 30%, as before this round.
 
 Measures: the best config's rank in the table after 5/10/20/30 trials, as the share of the
 table's 30,000 configs at least as good (0.01 = the top 1%), mean ± standard error over tasks
@@ -41,8 +43,8 @@ from experts import Expert
 from search import HPOBENCH, Run, Saved, _hpobench_table, get_task, run_one
 
 EXPERTS = ("oracle:1%", "noisy:0.5", "misleading", "accept", "garbage")
-STRATEGIES = ("optuna-tpe", "auto", *(f"review:{e}" for e in EXPERTS), "fixed:oracle:1%",
-              "fixed:misleading")
+STRATEGIES = ("optuna-tpe", "auto", *(f"review+open:{e}" for e in EXPERTS),
+              *(f"review:{e}" for e in EXPERTS), "fixed:oracle:1%", "fixed:misleading")
 BUDGETS = (5, 10, 20, 30)
 TOP = 0.01
 
@@ -69,7 +71,8 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
     with Expert(kind, configs, seed) as expert:
         # The product's default with a key: review over the default sampler rule.
         run = run_one(task, "review", seed, budget, expert.chat_model(), sampler="auto",
-                      max_override_share=0.3 if mode == "fixed" else None)
+                      max_override_share=0.3 if mode == "fixed" else None,
+                      opening=None if mode == "review+open" else 0)
         requests = expert.requests
     run.strategy, run.model = strategy, f"expert {kind}; requests {requests}"
     return run

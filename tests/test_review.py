@@ -29,7 +29,11 @@ def chat(server: ScriptedLLMServer) -> ChatOpenAI:
 
 
 def accept(request: dict) -> str:
-    return json.dumps({"decision": "accept", "config": {"x": 0.0, "opt": "adam"},
+    """Accepts every candidate, as `{"decision": "accept"}` alone; opens a study with no
+    configs of its own."""
+    if "configs" in json.dumps(request.get("response_format") or {}):
+        return json.dumps({"configs": [], "rationale": "Nothing known about this task."})
+    return json.dumps({"decision": "accept",
                        "rationale": "The candidate sits inside the region TPE found good."})
 
 
@@ -46,7 +50,8 @@ def test_a_model_that_accepts_everything_leaves_the_samplers_search_unchanged(sa
     with ScriptedLLMServer(accept) as server:
         reviewed = search(chat(server), "review", sampler=sampler, llm_time_share=1.0)
     assert [t.params for t in reviewed] == [t.params for t in alone]
-    assert len(server.requests) == 14  # asked on every trial, and it changed nothing
+    # Asked for an opening (14 trials: 1 config), then on every trial; it changed nothing.
+    assert len(server.requests) == 15
     assert all(t.proposer == "optuna" and t.review.verdict == "accepted" for t in reviewed)
     assert reviewed[5].review.candidate == reviewed[5].params
     assert reviewed[5].rationale.startswith("The candidate sits")
@@ -68,7 +73,7 @@ def test_overrides_are_capped_at_the_configured_share():
 
     with ScriptedLLMServer(override) as server:
         history = search(chat(server), "review", n=20, llm_time_share=1.0,
-                         max_override_share=0.25)
+                         max_override_share=0.25, opening=0)
     overrides = [t for t in history if t.review and t.review.verdict == "override"]
     assert len(overrides) == 5  # 25% of 20
     assert all(t.proposer == "llm" and t.review.candidate != t.params for t in overrides)

@@ -97,6 +97,9 @@ class TuneConfig(BaseModel):
     # `review`: a fixed share of the trials on which the LLM may override the sampler's
     # candidate; None: the share its track record earns (30% to start, 5% to 80%)
     max_override_share: float | None = Field(None, ge=0.0, le=1.0)
+    # With an LLM: configs one turn asks it for on a new study, run first in place of the
+    # sampler's first draws; None: a tenth of n_trials, at most 5, none under 10; 0: off
+    opening: int | None = Field(None, ge=0, le=20)
     task: str | None = None  # what is being trained, in words, for the LLM's prompt
     # what the trainer returns, in words, for the LLM's prompt (the study minimizes it), e.g.
     # "1 - validation accuracy" or "negated BLEU (higher BLEU is better)"

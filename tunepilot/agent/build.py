@@ -69,7 +69,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     tuner = Tuner(trainer, space, storage=storage, study=cfg.study_name(), suggester=suggester,
                   sampler=cfg.sampler, pruner=cfg.pruner, seed=cfg.seed, settings=settings,
                   display=display, warm_start=not worker, accept_changes=cfg.accept_changes,
-                  start=cfg.start, epoch_patience=cfg.epoch_patience)
+                  start=cfg.start, epoch_patience=cfg.epoch_patience, opening=cfg.opening)
     tuner.llm_agent = llm_agent
     tuner.first_lines = []  # in `notes`, which the caller prints
     return tuner, notes

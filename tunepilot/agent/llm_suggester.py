@@ -18,7 +18,8 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 
@@ -46,6 +47,18 @@ _UNSUPPORTED = re.compile(r"response_format|json_schema|tool|function|not suppor
 
 class TransportError(Exception):
     """The model could not be reached or did not answer in time (after retries)."""
+
+
+@dataclass(frozen=True)
+class Opening:
+    """The model's first configs for a new study, from one turn (`LLMSuggester.opening`)."""
+
+    configs: list[dict[str, Any]]
+    rationale: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+T = TypeVar("T")
 
 
 class LLMSuggester:
@@ -83,7 +96,7 @@ class LLMSuggester:
         self._methods: list[str | None] = (["json_schema", "function_calling", "json_mode"]
                                            if structured else []) + [None]
         self._method_worked = False
-        self._runnables: dict[tuple[str, str | None, bool], Any] = {}
+        self._runnables: dict[tuple[str, str | None, bool, int], Any] = {}
         self.health = Health()
         self.notice: Callable[[str], None] | None = None  # says an outage once, as it starts
         self._insights: tuple[History, SearchSpace, Any] | None = None  # the last ones read
@@ -125,9 +138,37 @@ class LLMSuggester:
                                                 overrides_left=overrides_left),
             verdict, review=True, curves=has_curves(history))
 
+    def opening(self, space: SearchSpace, history: History, k: int,
+                queued: list[Mapping[str, Any]] | tuple[()] = ()) -> Opening:
+        """A new study's zero-shot opening: one turn asks for the first `k` configs, each in
+        the space, none equal to another, to a finished trial or to a `queued` one (the space's
+        defaults). At most `k` are kept; none is an answer too (the model knows nothing here:
+        the sampler draws as usual). Raises `SuggestionFailed` like a proposal turn."""
+        def configs(answer: Mapping[str, Any], meta: dict[str, Any]) -> Opening:
+            raw = answer.get("configs")
+            if not isinstance(raw, list) or not all(isinstance(c, Mapping) for c in raw):
+                raise ValueError('"configs" must be a list of configurations, found '
+                                 f"{json.dumps(raw)[:200]}")
+            taken: list[dict[str, Any]] = []
+            for i, c in enumerate(raw[:k]):
+                config = space.snap(c)
+                _check_new(config, space, history)
+                for other in [*queued, *taken]:
+                    if _same(config, other, space):
+                        raise ValueError(f"configuration {i + 1} repeats another one "
+                                         f"({format_params(config, list(space.params))}); "
+                                         "make them differ")
+                taken.append(config)
+            return Opening(taken, _one_line(answer.get("rationale")), meta)
+
+        return self._converse(
+            space, lambda feedback: self.prompt(space, history, feedback, opening=k,
+                                                queued=queued),
+            configs, review=False, curves=False, opening=k)
+
     def _converse(self, space: SearchSpace, prompt: Callable[[str | None], str],
-                  read: Callable[[Mapping[str, Any], dict[str, Any]], Suggestion], *,
-                  review: bool, curves: bool = True) -> Suggestion:
+                  read: Callable[[Mapping[str, Any], dict[str, Any]], T], *,
+                  review: bool, curves: bool = True, opening: int = 0) -> T:
         """Asks until `read` accepts an answer (an invalid one goes back with its error)."""
         from langchain_core.messages import HumanMessage, SystemMessage
 
@@ -138,12 +179,13 @@ class LLMSuggester:
         if sitting_out is not None:  # no request at all: costs nothing
             raise SuggestionFailed(sitting_out, self._close(meta, start))
         feedback, last = None, None
-        system = self.system_prompt(review, curves)
+        system = self.system_prompt(review, curves, opening)
         for _ in range(1 if self.health.probing else self.attempts):
             meta["attempts"] += 1
             try:
                 message = self._invoke(space, [SystemMessage(system),
-                                               HumanMessage(prompt(feedback))], meta, review)
+                                               HumanMessage(prompt(feedback))], meta, review,
+                                       opening)
             except TransportError as e:
                 meta["errors"].append(str(e))
                 if self._next_method(e):
@@ -156,7 +198,8 @@ class LLMSuggester:
             if (back := self.health.answered()) and self.notice is not None:
                 self.notice(back)
             try:
-                answer = parse_answer(message)
+                answer = parse_answer(message, "configs" if opening else
+                                      "decision" if review else "config")
                 # `read` fills in meta's latency when it returns: close it first
                 suggestion = read(answer, self._close(dict(meta), start))
             except Exception as e:  # whatever the answer broke: an invalid one
@@ -170,14 +213,16 @@ class LLMSuggester:
             f"no valid answer in {meta['attempts']} attempts; last: {last}"[:400], last[:200])
         raise SuggestionFailed(cause, self._close(meta, start))
 
-    def system_prompt(self, review: bool, curves: bool = True) -> str:
-        """The system prompt: the rules of a `review` or a proposal turn; the rules for reading
-        learning curves only where the trials report curves (`curves`)."""
+    def system_prompt(self, review: bool, curves: bool = True, opening: int = 0) -> str:
+        """The system prompt: the rules of a `review` or a proposal turn, or of an `opening`
+        of that many configs; the rules for reading learning curves only where the trials
+        report curves (`curves`)."""
         return render("system.j2", metric=self.metric, review=review, notes=self.notes,
-                      curves=curves)
+                      curves=curves, opening=opening)
 
     def prompt(self, space: SearchSpace, history: History, feedback: str | None = None, *,
-               candidate: Candidate | None = None, overrides_left: int = 0) -> str:
+               candidate: Candidate | None = None, overrides_left: int = 0, opening: int = 0,
+               queued: list[Mapping[str, Any]] | tuple[()] = ()) -> str:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
         params = list(space.params)
         warm = history.warm_start
@@ -202,6 +247,8 @@ class LLMSuggester:
             hints=list(history.hints),
             feedback=feedback,
             insights=found.lines(),
+            opening=opening,
+            queued=[format_params(c, params) for c in queued],
             candidate=None if candidate is None else {
                 "sampler": candidate.sampler,
                 "config": format_params(candidate.params, params),
@@ -210,10 +257,10 @@ class LLMSuggester:
         )
 
     def _invoke(self, space: SearchSpace, messages: list[BaseMessage],
-                meta: dict[str, Any], review: bool = False) -> Any:
+                meta: dict[str, Any], review: bool = False, opening: int = 0) -> Any:
         """The model's answer: a message, or {"raw", "parsed", "parsing_error"} from a
         structured-output runnable."""
-        runnable = self._runnable(space, review)
+        runnable = self._runnable(space, review, opening)
 
         def on_retry(state: tenacity.RetryCallState) -> None:
             meta["errors"].append(_describe(state.outcome.exception() if state.outcome
@@ -239,15 +286,16 @@ class LLMSuggester:
         meta["tokens_out"] += int(usage.get("output_tokens", 0))
         return result
 
-    def _runnable(self, space: SearchSpace, review: bool = False) -> Any:
+    def _runnable(self, space: SearchSpace, review: bool = False, opening: int = 0) -> Any:
         method = self._methods[0]
-        key = (space.model_dump_json(), method, review)
+        key = (space.model_dump_json(), method, review, opening)
         if key not in self._runnables:
             runnable: Any = self.model
             if method is not None:
                 try:
                     runnable = self.model.with_structured_output(
-                        answer_schema(space, notes=self.notes, review=review), method=method,
+                        answer_schema(space, notes=self.notes, review=review, opening=opening),
+                        method=method,
                         include_raw=True)
                 except (NotImplementedError, TypeError, ValueError):
                     runnable = self.model  # no such mode here: tolerant extraction
@@ -279,9 +327,11 @@ def has_curves(history: History) -> bool:
     return any(len(t.curve) > 1 for t in history)
 
 
-def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False) -> dict[str, Any]:
+def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False,
+                  opening: int = 0) -> dict[str, Any]:
     """The JSON schema of an answer: the config (one property per parameter) and a rationale;
-    for a review, first the decision ("accept" the sampler's candidate, or "override" it)."""
+    for a review, first the decision ("accept" the sampler's candidate, or "override" it); for
+    an opening, a list of up to `opening` configs and a rationale."""
     properties: dict[str, Any] = {}
     for name, p in space.params.items():
         if isinstance(p, Categorical):
@@ -305,20 +355,33 @@ def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False) 
         "required": ["config", "rationale"],
         "additionalProperties": False,
     }
-    if not notes:
+    if not notes or opening:
         del schema["properties"]["notes"]
-    if review:
+    if opening:
+        config = schema["properties"].pop("config")
+        schema["properties"] = {"configs": {"type": "array", "items": config,
+                                            "maxItems": opening},
+                                **schema["properties"]}
+        schema["required"] = ["configs", "rationale"]
+        schema["title"] = "Opening"
+        schema["description"] = (f"The first {opening} configurations to train on this task, "
+                                 "and why.")
+    elif review:
+        # Accepting is {"decision": "accept"} alone: no copy of the candidate to pay for in
+        # output tokens, or to mistype.
         schema["properties"] = {"decision": {"enum": ["accept", "override"]},
                                 **schema["properties"]}
-        schema["required"] = ["decision", *schema["required"]]
+        schema["required"] = ["decision", "rationale"]
         schema["description"] = ("Accept the optimizer's candidate for the next trial, or "
                                  "override it with a better configuration, and why.")
     return schema
 
 
-def parse_answer(message: Any) -> dict[str, Any]:
+def parse_answer(message: Any, key: str = "config") -> dict[str, Any]:
     """The answer as a dict: the structured parse when there is one, else the first JSON
-    object in the text (inside ```json fences or not). Raises ValueError with what was wrong."""
+    object in the text (inside ```json fences or not). Raises ValueError with what was wrong:
+    no object, or none with `key`: "config"; an opening's "configs"; a review's "decision"
+    (an acceptance is {"decision": "accept"} alone, an override has a "config")."""
     if isinstance(message, dict) and message.get("parsed") is not None:
         parsed = message["parsed"]
     else:
@@ -328,7 +391,19 @@ def parse_answer(message: Any) -> dict[str, Any]:
         parsed = calls[0].get("args") if calls else _first_json_object(text)
         if parsed is None:
             raise ValueError(f"the answer is not a JSON object: {text[:200]!r}")
-    if not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
+    if key == "configs":
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("configs"), list):
+            raise ValueError('the answer must be {"configs": [{...}, ...], "rationale": "..."}, '
+                             f"found {json.dumps(parsed)[:200]}")
+    elif key == "decision" and isinstance(parsed, dict) and (
+            str(parsed.get("decision") or "").strip().lower() == "accept"
+            or isinstance(parsed.get("config"), dict)):
+        pass
+    elif key == "decision":
+        raise ValueError('the answer must be {"decision": "accept", "rationale": "..."} or '
+                         '{"decision": "override", "config": {...}, "rationale": "..."}, found '
+                         f"{json.dumps(parsed)[:200]}")
+    elif not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
         raise ValueError('the answer must be {"config": {...}, "rationale": "..."}, found '
                          f"{json.dumps(parsed)[:200]}")
     return parsed

@@ -1,11 +1,12 @@
-"""Opening a study for a run: warm start from a finished study like it, the check that a study
-stays one experiment, and Optuna's log lines while a display shows the same trials."""
+"""Opening a study for a run: warm start from a finished study like it, the first trials (the
+space's defaults, `start` configs, the LLM's zero-shot opening), the check that a study stays
+one experiment, and Optuna's log lines while a display shows the same trials."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
@@ -13,6 +14,19 @@ from tunepilot.errors import ConfigError
 from tunepilot.memory import History, lookup, records
 from tunepilot.memory.identity import differences, identity
 from tunepilot.space import SearchSpace
+
+if TYPE_CHECKING:
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.memory.lock import StudyLock
+
+MAX_OPENING = 5
+
+
+def opening_size(n_trials: int) -> int:
+    """How many configs the LLM's zero-shot opening asks for: a tenth of the budget, 1 to
+    `MAX_OPENING` (LLAMBO's warm start used 5); none under 10 trials, where the model is asked
+    on its turns anyway."""
+    return 0 if n_trials < 10 else min(MAX_OPENING, n_trials // 10)
 
 
 def warm_start(study: optuna.Study, storage: Any, settings: Mapping[str, Any],
@@ -46,6 +60,44 @@ def first_trials(study: optuna.Study, space: SearchSpace,
                         enqueued_as="default" if defaults and i == 0
                         else f"start {i + (0 if defaults else 1)}")
         queued.append(config)
+
+
+def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: int,
+                lock: StudyLock, say: Callable[[str], None]) -> None:
+    """A new study's zero-shot opening: one turn asks the model for its first `k` configs,
+    queued after the defaults and `start` configs, in place of the sampler's first draws
+    (judged as its trials: `memory.trust`). Once per study: the first process to start a
+    new study asks; others (workers joining) go on with the sampler meanwhile."""
+    from tunepilot.agent.suggest import SuggestionFailed
+
+    with lock:  # claimed in one step across workers; the model is asked outside the lock
+        if not records.claim_opening(study, k, llm.model_name):
+            return
+    queued = [dict(t.system_attrs.get("fixed_params") or {})
+              for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
+    try:
+        answer = llm.opening(space, History.from_study(study), k, queued)
+    except SuggestionFailed as e:
+        records.opening(study, {"asked": k, "model": llm.model_name, "taken": 0,
+                                "error": str(e)})
+        say(f"LLM opening: none ({_short(str(e))}); the sampler starts alone")
+        return
+    records.enqueue_opening(study, answer.configs, answer.rationale, answer.meta)
+    records.opening(study, {"asked": k, "model": llm.model_name, "taken": len(answer.configs),
+                            "error": None})
+    if answer.configs:
+        first = len(queued)
+        trials = (f"trial {first}" if len(answer.configs) == 1
+                  else f"trials {first}-{first + len(answer.configs) - 1}")
+        say(f"LLM opening: {len(answer.configs)} of {k} configs asked for, as {trials}"
+            + (f" ({answer.rationale})" if answer.rationale else ""))
+    else:
+        say("LLM opening: the model proposed none; the sampler starts alone")
+
+
+def _short(text: str, n: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def check_identity(study: optuna.Study, settings: Mapping[str, Any], accept: bool) -> None:

@@ -69,6 +69,7 @@ class Tuner(AskTell):
         accept_changes: bool = False,
         start: Sequence[Mapping[str, Any]] = (),
         epoch_patience: int = 2,
+        opening: int | None = None,
     ):
         """
         Args:
@@ -92,6 +93,10 @@ class Tuner(AskTell):
                 `default` values (trial 0); what a config leaves out, the sampler draws.
             epoch_patience: a trial whose validation loss has not improved for this many
                 epochs stops, kept with its best epoch (0: every trial trains all its epochs).
+            opening: with an LLM, how many configs one turn asks it for on a new study, run
+                first in place of the sampler's first draws and judged like its other trials
+                (None: a tenth of the run's budget, at most 5, none under 10 trials; 0: no
+                opening).
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
         """
         if space is None or not space.params:
@@ -133,6 +138,9 @@ class Tuner(AskTell):
         self.start = [space.checked(c, f"start config {i + 1}") for i, c in enumerate(start)]
         self.accept_changes = accept_changes
         self.epoch_patience = epoch_patience
+        if opening is not None and opening < 0:
+            raise ConfigError(f"opening must be 0 or more configs, found {opening}")
+        self.opening = opening
         self.read_only = False
         self._study: optuna.Study | None = None
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
@@ -293,6 +301,11 @@ class Tuner(AskTell):
                      timeout)
         start = time.monotonic()
         try:
+            if self.llm_agent is not None and self.opening != 0:
+                k = self.opening if self.opening is not None else opening.opening_size(n_trials)
+                if k:
+                    opening.llm_opening(study, self.space, self.llm_agent, k, self.lock,
+                                        self.display.say)
             if loop.admit(study, in_optimize=False):
                 # No n_trials here: the gate counts the trials of every worker.
                 with opening.quiet_optuna(type(self.display) is not Observer):

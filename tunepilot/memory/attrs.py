@@ -26,6 +26,7 @@ ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.sugge
 # {...}}: the sampler's candidate the LLM saw, and what it said of it.
 REVIEW = "review"
 LLM_SKIPPED = "llm_skipped"  # why the LLM was not asked on its turn (its share of wall time)
+OPENING_TRIAL = "opening"  # on a trial of the LLM's zero-shot opening: its place in it, from 1
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 
@@ -43,4 +44,7 @@ INTERRUPTED = "tunepilot:interrupted"  # {trial number: "Ctrl-C" | "SIGTERM"} fo
 NOTES = "tunepilot:notes"  # {"text", "trial"}: the agent's current notes
 HINTS = "tunepilot:hints"  # [{"text", "after_trial"}]: what the person told the agent
 CHANGES = "tunepilot:changes"  # [{"after_trial", "changes": [...]}]: accepted identity changes
+# The LLM's zero-shot opening of a new study: {"asked": k, "taken": n, "model", "error"} (error:
+# why it gave no valid answer, None when it did).
+OPENING = "tunepilot:opening"
 WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

@@ -50,6 +50,7 @@ class TrialRecord:
     ask_tell: bool = False  # run by a person's own loop (Tuner.suggest / report)
     warm_start_from: str | None = None  # the study whose best config this trial re-runs
     fixed: Mapping[str, Any] | None = None  # the fixed settings it ran with (None: not recorded)
+    opening: int | None = None  # its place in the LLM's zero-shot opening (from 1), if there
     user_attrs: Mapping[str, Any] = field(default_factory=dict)  # as stored, for inspection
 
     @property
@@ -76,6 +77,8 @@ class TrialRecord:
             what = {"accepted": f"accepted {self.review.sampler}'s candidate",
                     "refused": f"an override refused, {self.review.sampler}'s candidate ran",
                     }.get(self.review.verdict, f"overrode {self.review.sampler}'s candidate")
+        elif self.opening is not None:
+            what = f"the LLM's opening, config {self.opening}"
         else:
             what = "proposed by the LLM"
         return f"{what} (no reason given in words)" if self.rationale else what
@@ -134,6 +137,7 @@ class TrialRecord:
             ask_tell=bool(t.user_attrs.get(attrs.ASK_TELL)),
             warm_start_from=t.user_attrs.get(attrs.WARM_START_FROM),
             fixed=t.user_attrs.get(attrs.FIXED),
+            opening=t.user_attrs.get(attrs.OPENING_TRIAL),
             user_attrs=dict(t.user_attrs),
         )
 
@@ -155,6 +159,7 @@ class History(Sequence[TrialRecord]):
     last_stop: str | None = None  # why the last run ended
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
+    opening: Mapping[str, Any] = field(default_factory=dict)  # the LLM's opening turn, if any
     # The Optuna study it was read from (None when built by hand): for analyses that need it,
     # such as Optuna's importance evaluators.
     study: Any = field(default=None, compare=False, repr=False)
@@ -178,7 +183,8 @@ class History(Sequence[TrialRecord]):
                    warm_start=user_attrs.get(attrs.WARM_START) or {},
                    stop=user_attrs.get(attrs.STOP), last_stop=user_attrs.get(attrs.LAST_STOP),
                    settings=migrate(user_attrs.get(attrs.SETTINGS)),
-                   changes=tuple(user_attrs.get(attrs.CHANGES) or ()), study=study)
+                   changes=tuple(user_attrs.get(attrs.CHANGES) or ()),
+                   opening=user_attrs.get(attrs.OPENING) or {}, study=study)
 
     def changed_since(self, study: optuna.Study, *, exclude: int | None = None) -> History:
         """The study's trials now that were not finished in this history (new ones, and those

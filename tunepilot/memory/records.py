@@ -119,7 +119,39 @@ def enqueue(study: optuna.Study, params: Mapping[str, Any], proposer: attrs.Prop
     study.enqueue_trial(dict(params), user_attrs={attrs.PROPOSER: proposer, **extra})
 
 
+def enqueue_opening(study: optuna.Study, configs: list[dict[str, Any]],
+                    rationale: str | None, meta: Mapping[str, Any]) -> None:
+    """Queues the LLM's opening configs as its proposals; the turn's cost (`meta`'s "llm")
+    goes on the first, so the study's LLM time and spend count it once."""
+    turn = dict(meta.get(attrs.LLM) or {})
+    for i, config in enumerate(configs):
+        agent = dict(turn) if i == 0 else {"model": turn.get("model")}
+        if rationale:
+            agent[attrs.RATIONALE] = rationale
+        values: dict[str, Any] = {attrs.PROPOSER: "llm", attrs.OPENING_TRIAL: i + 1,
+                                  attrs.LLM: agent, attrs.PROPOSED: dict(config)}
+        if rationale:
+            values[attrs.FLAT_RATIONALE] = rationale
+        study.enqueue_trial(dict(config), user_attrs=values)
+
+
 # Per study ------------------------------------------------------------------------------------
+
+def claim_opening(study: optuna.Study, k: int, model: str) -> bool:
+    """Marks the LLM's opening as asked, if the study is new (no trial started) and none was
+    asked before; True when this caller asks it. Call it holding the study's lock."""
+    if study.user_attrs.get(attrs.OPENING) is not None or any(
+            t.state.is_finished() or t.state.name == "RUNNING"
+            for t in study.get_trials(deepcopy=False)):
+        return False
+    opening(study, {"asked": k, "model": model, "taken": None, "error": None})
+    return True
+
+
+def opening(study: optuna.Study, value: Mapping[str, Any]) -> None:
+    """What became of the LLM's opening turn (`attrs.OPENING`)."""
+    study.set_user_attr(attrs.OPENING, dict(value))
+
 
 def settings(study: optuna.Study, value: Mapping[str, Any]) -> None:
     """The run's settings (no secrets), stored with the current schema version."""

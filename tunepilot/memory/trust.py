@@ -14,6 +14,9 @@ The rule (tests/test_trust_record.py):
 - A pruned or failed LLM trial loses (the pruner found it below the median at its step, or it
   crashed or diverged), and so does a turn with no valid answer. An outage of the model's
   server is not the model's judgement and does not count.
+- The zero-shot opening (the first configs of a new study, from one turn) is judged trial by
+  trial like any LLM trial: against the sampler's first trials, the draws it replaced. An
+  opening turn with no valid answer loses once, as a proposal turn does.
 - Score: (wins + 1) / (judged + 2), so a model with no record starts at 1/2.
 - Share of the turns (in `review`, of the candidates it may override): `EVEN_SHARE` at a score
   of 1/2 (the published sweet spot of 30%), moving with the score by `SLOPE`, between `FLOOR`
@@ -92,6 +95,8 @@ def record(history: History) -> TrackRecord:
     numbers = [t.number for t in peers]
     judged: list[Judged] = []
     pending = 0
+    if (history.opening.get("error") or "").startswith(_INVALID):
+        judged.append(Judged(-1, False, _INVALID))
     for t in history:
         if t.proposer == "fallback" and (t.fallback_reason or "").startswith(_INVALID):
             judged.append(Judged(t.number, False, _INVALID))

@@ -58,6 +58,10 @@ def run(
         help="review: fix the share of trials on which the LLM may override the sampler's "
         "candidate [default: earned by its record: 30% to start, 5% for a model whose "
         "overrides lose, up to 80% for one whose overrides keep winning]")] = None,
+    opening: Annotated[int | None, typer.Option(
+        help="With an LLM: configs one turn asks it for on a new study, run first in place of "
+        "the sampler's first draws (0: none) [default: a tenth of --n-trials, at most 5, none "
+        "under 10]")] = None,
     storage: Storage = None,
     study: Study = None,
     heartbeat: Annotated[int | None, typer.Option(

@@ -1,0 +1,143 @@
+"""The LLM's zero-shot opening: on a new study one turn asks the model for its first configs,
+which run in place of the sampler's first draws and are judged like its other trials
+(tunepilot/agent/opening.py, tunepilot/memory/trust.py). Through a real loopback
+OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import quadratic
+from tests.llm_server import ScriptedLLMServer
+from tests.test_review import SPACE, chat
+from tunepilot import Tuner, trainers
+from tunepilot.agent.observer import Observer
+from tunepilot.memory import trust
+
+
+class Lines(Observer):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def say(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def _model(opening: list[dict] | str):
+    """Answers the opening turn with `opening` (configs, or raw text), and every review with
+    an acceptance, as `{"decision": "accept"}` alone."""
+    def answer(request: dict) -> str:
+        schema = request["response_format"]["json_schema"]["schema"]
+        if "configs" in schema["properties"]:
+            return opening if isinstance(opening, str) else json.dumps(
+                {"configs": opening, "rationale": "Settings known to work on such problems."})
+        return json.dumps({"decision": "accept", "rationale": "The candidate looks sound."})
+
+    return answer
+
+
+def _tuner(server, storage="sqlite:///:memory:", display=None, **kw):
+    return Tuner(trainers.callable(quadratic), SPACE, storage=storage, study="t",
+                 llm=chat(server), strategy="review", sampler="tpe", pruner="none",
+                 display=display, seed=3, **kw)
+
+
+NEAR = [{"x": 2.0, "opt": "adam"}, {"x": 2.3, "opt": "adam"}, {"x": 1.6, "opt": "sgd"}]
+FAR = [{"x": -10.0, "opt": "adam"}, {"x": -9.7, "opt": "sgd"}, {"x": -9.4, "opt": "sgd"}]
+
+
+def test_the_opening_runs_first_in_place_of_the_samplers_draws_and_wins_its_record():
+    lines = Lines()
+    with ScriptedLLMServer(_model(NEAR)) as server:
+        result = _tuner(server, display=lines).run(n_trials=30)  # a tenth: 3 configs
+        (first,) = [r for r in server.requests if "configs" in json.dumps(r)][:1]
+    h = result.history
+    assert [dict(t.params) for t in h.trials[:3]] == NEAR
+    assert [(t.proposer, t.opening) for t in h.trials[:4]] == [
+        ("llm", 1), ("llm", 2), ("llm", 3), ("optuna", None)]
+    # One turn asked for all three: its cost sits on the first trial, once.
+    assert h.trials[0].llm.latency_s is not None and h.trials[1].llm.latency_s is None
+    assert h.opening == {"asked": 3, "model": "gpt-4o-mini", "taken": 3, "error": None}
+    system = first["messages"][0]["content"]
+    assert "first 3 configurations" in system and "Propose the first 3" in \
+        first["messages"][1]["content"]
+    # Judged against the sampler's first trials (the draws they replaced): all three won, so
+    # the model's share of overrides grew past the 30% of no record.
+    record = trust.record(h)
+    assert [j.number for j in record.judged if j.won][:3] == [0, 1, 2]
+    assert record.share > 0.5, record
+    assert any(line.startswith("LLM opening: 3 of 3 configs asked for, as trials 0-2 (")
+               for line in lines.lines), lines.lines
+
+
+def test_a_bad_opening_puts_the_model_at_the_floor_within_the_first_six_trials():
+    with ScriptedLLMServer(_model(FAR)) as server:
+        result = _tuner(server).run(n_trials=30)
+    h = result.history
+    early = trust.record(type(h)(h.trials[:6]))  # the opening and 3 sampler trials
+    assert [(j.number, j.won) for j in early.judged] == [(0, False), (1, False), (2, False)]
+    assert early.share == trust.FLOOR  # a probe in 20 trials from here on
+
+
+def test_an_opening_with_no_valid_answer_counts_once_and_the_sampler_starts_alone():
+    lines = Lines()
+    with ScriptedLLMServer(_model("I would start with a learning rate of 3e-4.")) as server:
+        result = _tuner(server, display=lines).run(n_trials=12)  # 1 config asked for
+        asked = sum(1 for r in server.requests if "configs" in json.dumps(r))
+    h = result.history
+    assert asked == 3  # the turn's attempts, then no more
+    assert all(t.opening is None for t in h) and h.trials[0].proposer == "optuna"
+    assert h.opening["taken"] == 0 and h.opening["error"].startswith("no valid answer")
+    assert [j.why for j in trust.record(h).judged][:1] == ["no valid answer"]
+    assert any(line.startswith("LLM opening: none (no valid answer in 3 attempts")
+               for line in lines.lines), lines.lines
+
+
+def test_a_model_that_opens_with_nothing_leaves_the_samplers_configs_as_they_were():
+    runs = []
+    for opening in (None, 0):  # asked (and answers no configs), and not asked
+        with ScriptedLLMServer(_model([])) as server:
+            runs.append(_tuner(server, opening=opening).run(n_trials=12))
+    asked, alone = ([dict(t.params) for t in r.history] for r in runs)
+    assert asked == alone
+
+
+def test_the_opening_is_asked_once_per_study_and_never_under_ten_trials(tmp_path):
+    storage = f"sqlite:///{tmp_path / 's.db'}"
+    with ScriptedLLMServer(_model(NEAR)) as server:
+        _tuner(server, storage=storage).run(n_trials=5)  # under 10 trials: no opening
+        _tuner(server, storage=storage).run(n_trials=30)  # a resumed study: not new
+        assert not any("configs" in json.dumps(r) for r in server.requests)
+        fresh = Tuner(trainers.callable(quadratic), SPACE, storage=storage, study="u",
+                      llm=chat(server), strategy="review", sampler="tpe", pruner="none",
+                      display=None, opening=2)
+        fresh.run(n_trials=3)  # asked for 2 by name, budget or not
+        fresh.run(n_trials=6)
+        assert sum(1 for r in server.requests if "configs" in json.dumps(r)) == 1
+
+
+def test_an_opening_config_out_of_the_space_or_repeated_is_sent_back_with_the_reason():
+    answers = iter([
+        json.dumps({"configs": [{"x": 50.0, "opt": "adam"}], "rationale": "big"}),
+        json.dumps({"configs": [{"x": 1.0, "opt": "adam"}, {"x": 1.0, "opt": "adam"}],
+                    "rationale": "twice"}),
+        json.dumps({"configs": [{"x": 1.0, "opt": "adam"}, {"x": 3.0, "opt": "adam"}],
+                    "rationale": "Two points either side of the usual optimum."}),
+    ])
+    with ScriptedLLMServer(lambda request: next(answers)) as server:
+        result = _tuner(server, opening=2).run(n_trials=4)
+        prompts = [r["messages"][1]["content"] for r in server.requests[:3]]
+    assert "x=50" in prompts[1] or "50" in prompts[1]
+    assert "Your previous answer was rejected" in prompts[1]
+    assert "repeats another one" in prompts[2]
+    assert [dict(t.params) for t in result.history.trials[:2]] == [
+        {"x": 1.0, "opt": "adam"}, {"x": 3.0, "opt": "adam"}]
+
+
+@pytest.mark.parametrize("n_trials, k", [(5, 0), (10, 1), (29, 2), (30, 3), (200, 5)])
+def test_the_openings_size_is_a_tenth_of_the_budget_at_most_five(n_trials, k):
+    from tunepilot.agent.opening import opening_size
+
+    assert opening_size(n_trials) == k
