@@ -288,3 +288,23 @@ def test_the_report_says_why_importance_is_missing_and_prints_the_best_config_re
     page = render_html(tuner.study, History.from_study(tuner.study))
     assert "Parameter importance is drawn from" not in page
     assert "Parameter importance (PED-ANOVA)" in page
+
+
+def test_the_candidate_line_names_the_values_tpe_explores_outside_its_good_group():
+    import optuna
+
+    from tunepilot.agent.sampler_state import describe_sampler
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for i in range(12):  # x from -5.5 to 5.5; the good group (the best 2) sits near x = 2
+        study.enqueue_trial({"x": -5.5 + i, "opt": "adam" if i % 2 else "sgd"})
+    study.optimize(lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2
+                   + (t.suggest_categorical("opt", ["adam", "sgd"]) == "sgd"), n_trials=12)
+    tpe = optuna.samplers.TPESampler(seed=0)
+    dists = SPACE.distributions()
+    far = describe_sampler(tpe, study, SPACE, dists, {"x": 9.0, "opt": "adam"})
+    assert far[0].startswith("TPE draws near its 'good' group, the best 2 of 12")
+    assert far[1] == ("the candidate's x=9 lie outside that span: TPE exploring, as it does on "
+                      "purpose now and then")
+    near = describe_sampler(tpe, study, SPACE, dists, {"x": 1.7, "opt": "adam"})
+    assert len(near) == 1, near

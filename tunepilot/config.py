@@ -250,7 +250,7 @@ def starter(trainer: str = "lightning") -> str:
     data = ('data = "synthetic"             # synthetic[:ROWS] | criteo:PATH | csv:PATH | '
             'parquet:PATH\n') if builtin else ""
     batch = "[256, 512, 1024, 2048, 4096]" if builtin else "[16, 32, 64, 128, 256]"
-    batch_default = 1024 if builtin else 64
+    batch_default = 256 if builtin else 64
     target = "0.40" if builtin else "0.0"
     return f'''# tune.toml: what `tune run --config tune.toml` searches. Flags override this file.
 trainer = "{trainer}"

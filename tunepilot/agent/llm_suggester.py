@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 
+from tunepilot.agent.answers import answer_schema, parse_answer
 from tunepilot.agent.health import Health
 from tunepilot.agent.llm import cost_usd
 from tunepilot.agent.suggest import Candidate, Suggestion, SuggestionFailed
@@ -34,7 +35,7 @@ from tunepilot.memory.insights import insights
 from tunepilot.memory.repeats import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.text import format_params, trial_line
 from tunepilot.prompts import render
-from tunepilot.space import Categorical, Float, SearchSpace
+from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
     from langchain_core.language_models import BaseChatModel
@@ -139,7 +140,7 @@ class LLMSuggester:
             verdict, review=True, curves=has_curves(history))
 
     def opening(self, space: SearchSpace, history: History, k: int,
-                queued: list[Mapping[str, Any]] | tuple[()] = ()) -> Opening:
+                queued: Sequence[Mapping[str, Any]] = ()) -> Opening:
         """A new study's zero-shot opening: one turn asks for the first `k` configs, each in
         the space, none equal to another, to a finished trial or to a `queued` one (the space's
         defaults). At most `k` are kept; none is an answer too (the model knows nothing here:
@@ -222,7 +223,7 @@ class LLMSuggester:
 
     def prompt(self, space: SearchSpace, history: History, feedback: str | None = None, *,
                candidate: Candidate | None = None, overrides_left: int = 0, opening: int = 0,
-               queued: list[Mapping[str, Any]] | tuple[()] = ()) -> str:
+               queued: Sequence[Mapping[str, Any]] = ()) -> str:
         """The per-trial prompt (also used by bench/agent.py to measure its size)."""
         params = list(space.params)
         warm = history.warm_start
@@ -325,107 +326,6 @@ class LLMSuggester:
 def has_curves(history: History) -> bool:
     """Whether the trials report learning curves (more than one epoch each)."""
     return any(len(t.curve) > 1 for t in history)
-
-
-def answer_schema(space: SearchSpace, notes: bool = True, review: bool = False,
-                  opening: int = 0) -> dict[str, Any]:
-    """The JSON schema of an answer: the config (one property per parameter) and a rationale;
-    for a review, first the decision ("accept" the sampler's candidate, or "override" it); for
-    an opening, a list of up to `opening` configs and a rationale."""
-    properties: dict[str, Any] = {}
-    for name, p in space.params.items():
-        if isinstance(p, Categorical):
-            properties[name] = {"enum": list(p.choices), "description": p.describe()}
-        else:
-            kind = "number" if isinstance(p, Float) else "integer"
-            properties[name] = {"type": kind, "minimum": p.low, "maximum": p.high,
-                                "description": p.describe()}
-    schema: dict[str, Any] = {
-        "title": "Suggestion",
-        "description": "The next configuration to train, and why.",
-        "type": "object",
-        "properties": {
-            "config": {"type": "object", "properties": properties,
-                       "required": list(properties), "additionalProperties": False},
-            # For grammar-constrained local models: no raw newline, and no quote or backslash, or
-            # llama.cpp's grammar (which takes the pattern literally) lets the string run on.
-            "rationale": {"type": "string", "maxLength": 300, "pattern": '^[^"\\\\\\n]*$'},
-            "notes": {"type": "string", "maxLength": 600},
-        },
-        "required": ["config", "rationale"],
-        "additionalProperties": False,
-    }
-    if not notes or opening:
-        del schema["properties"]["notes"]
-    if opening:
-        config = schema["properties"].pop("config")
-        schema["properties"] = {"configs": {"type": "array", "items": config,
-                                            "maxItems": opening},
-                                **schema["properties"]}
-        schema["required"] = ["configs", "rationale"]
-        schema["title"] = "Opening"
-        schema["description"] = (f"The first {opening} configurations to train on this task, "
-                                 "and why.")
-    elif review:
-        # Accepting is {"decision": "accept"} alone: no copy of the candidate to pay for in
-        # output tokens, or to mistype.
-        schema["properties"] = {"decision": {"enum": ["accept", "override"]},
-                                **schema["properties"]}
-        schema["required"] = ["decision", "rationale"]
-        schema["description"] = ("Accept the optimizer's candidate for the next trial, or "
-                                 "override it with a better configuration, and why.")
-    return schema
-
-
-def parse_answer(message: Any, key: str = "config") -> dict[str, Any]:
-    """The answer as a dict: the structured parse when there is one, else the first JSON
-    object in the text (inside ```json fences or not). Raises ValueError with what was wrong:
-    no object, or none with `key`: "config"; an opening's "configs"; a review's "decision"
-    (an acceptance is {"decision": "accept"} alone, an override has a "config")."""
-    if isinstance(message, dict) and message.get("parsed") is not None:
-        parsed = message["parsed"]
-    else:
-        raw = message["raw"] if isinstance(message, dict) else message
-        calls = getattr(raw, "tool_calls", None) or []
-        text = _text(raw)
-        parsed = calls[0].get("args") if calls else _first_json_object(text)
-        if parsed is None:
-            raise ValueError(f"the answer is not a JSON object: {text[:200]!r}")
-    if key == "configs":
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("configs"), list):
-            raise ValueError('the answer must be {"configs": [{...}, ...], "rationale": "..."}, '
-                             f"found {json.dumps(parsed)[:200]}")
-    elif key == "decision" and isinstance(parsed, dict) and (
-            str(parsed.get("decision") or "").strip().lower() == "accept"
-            or isinstance(parsed.get("config"), dict)):
-        pass
-    elif key == "decision":
-        raise ValueError('the answer must be {"decision": "accept", "rationale": "..."} or '
-                         '{"decision": "override", "config": {...}, "rationale": "..."}, found '
-                         f"{json.dumps(parsed)[:200]}")
-    elif not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
-        raise ValueError('the answer must be {"config": {...}, "rationale": "..."}, found '
-                         f"{json.dumps(parsed)[:200]}")
-    return parsed
-
-
-def _text(message: Any) -> str:
-    content = getattr(message, "content", message)
-    if isinstance(content, list):  # content blocks
-        content = "".join(b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
-    return str(content)
-
-
-def _first_json_object(text: str) -> Any:
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
 
 
 def _check_new(config: Mapping[str, Any], space: SearchSpace, history: History) -> None:

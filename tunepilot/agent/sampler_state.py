@@ -26,8 +26,10 @@ def sampler_name(sampler: Any) -> str:
 
 
 def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
-                     search_space: Mapping[str, BaseDistribution]) -> list[str]:
-    """What the sampler has learned, in a few lines for the prompt."""
+                     search_space: Mapping[str, BaseDistribution],
+                     candidate: Mapping[str, Any] | None = None) -> list[str]:
+    """What the sampler has learned, in a few lines for the prompt; with TPE, which of the
+    `candidate`'s values lie outside its good group (TPE exploring, not a mistake)."""
     from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
     from optuna.trial import TrialState
 
@@ -41,8 +43,13 @@ def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
         from optuna.samplers._tpe.sampler import default_gamma
 
         good = sorted(complete, key=lambda t: float(t.value or 0.0))[:default_gamma(n)]
-        return [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
-                       "complete trials, which spans: " + _spans(good, space)]
+        lines = [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
+                 "complete trials, which spans: " + _spans(good, space)]
+        outside = _outside(candidate or {}, good, space)
+        if outside:
+            lines.append(f"the candidate's {outside} lie outside that span: TPE exploring, "
+                         "as it does on purpose now and then")
+        return lines
     if isinstance(sampler, CmaEsSampler):
         state = _cma_state(sampler, complete, search_space)
         return [state] if state else [
@@ -64,6 +71,22 @@ def _spans(trials: list[Any], space: SearchSpace) -> str:
         else:
             parts.append(f"{name} in {{{', '.join(sorted({fmt(v, 3) for v in values}))}}}")
     return "; ".join(parts)
+
+
+def _outside(candidate: Mapping[str, Any], good: list[Any], space: SearchSpace) -> str:
+    """The candidate's values outside the span (numbers) or the set (choices) of `good`."""
+    parts = []
+    for name in space.params:
+        values = [t.params[name] for t in good if name in t.params]
+        if name not in candidate or not values:
+            continue
+        value = candidate[name]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                      for v in [*values, value])
+        if (numeric and not min(values) <= value <= max(values)) or (
+                not numeric and value not in values):
+            parts.append(f"{name}={fmt(value, 3)}")
+    return ", ".join(parts)
 
 
 def _cma_state(sampler: Any, complete: list[Any],

@@ -189,7 +189,7 @@ class AgentSampler(BaseSampler):
         params = self._draw(study, trial, search_space)
         sampler = self.fallback
         return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
-            sampler, study, self.space, search_space))
+            sampler, study, self.space, search_space, params))
 
     def _draw(self, study: optuna.Study, trial: FrozenTrial,
               search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
