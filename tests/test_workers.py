@@ -301,12 +301,10 @@ def readme_worker_commands() -> list[str]:
 
 
 # What the README's placeholders stand for on this machine. The database is `tune`, as the
-# README names it; MariaDB's root has no password, PostgreSQL's trust auth ignores one.
+# README names it; PostgreSQL's trust auth ignores the password.
 PLACEHOLDERS = {
     "postgresql": {"USER:PASSWORD": "postgres:anything", "USER": "postgres",
                    "DBHOST": "127.0.0.1"},
-    "mysql": {"postgresql://USER:PASSWORD@DBHOST:5432": "mysql+pymysql://root@127.0.0.1:3306",
-              "postgresql://USER@DBHOST:5432": "mysql+pymysql://root@127.0.0.1:3306"},
 }
 
 
@@ -327,7 +325,9 @@ def tune_database(kind: str) -> str:
     return base.rsplit("/", 1)[0] + "/tune"
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+# The README's commands name PostgreSQL; MySQL's workers are tested below (four workers, a
+# fresh database, the target), not by a second run of these commands with another URL.
+@pytest.mark.parametrize("kind", ["postgresql"])
 def test_the_readme_worker_commands_verbatim(tmp_path, kind):
     """`tune create ...` once, then two `TUNEPILOT_STORAGE=... tune worker --study ctr-night`,
     exactly as the README prints them (placeholders filled in), on the built-in task: both

@@ -2,12 +2,13 @@
 
 Optuna's sampler (TPE, or CMA-ES...) draws a candidate for every trial. On the LLM's turns the
 prompt shows the candidate and what the sampler has learned (TPE's "good" region, CMA-ES's mean
-and step size), and the model accepts it or overrides it with a reason. Overrides are capped at
-a share of any `WINDOW` trials in a row. The share is earned (`tunepilot.memory.trust`): 30% for
-a model with no record (the "Centaur" design, arXiv 2603.24647: an LLM overriding CMA-ES on about
-30% of trials beat both; given 80% it did worse), more for a model whose overrides keep beating
-the sampler's typical trial, a probe every `WINDOW` trials for one whose overrides lose. A
-person may fix the share instead (`max_override_share`). A model that accepts everything leaves
+and step size), and the model accepts it or overrides it with a reason. The model's trials
+(overrides, and its opening's configs) are capped at a share of any `WINDOW` trials in a row.
+The share is earned (`tunepilot.memory.trust`): 30% for a model with no record (the "Centaur"
+design, arXiv 2603.24647: an LLM overriding CMA-ES on about 30% of trials beat both; given 80%
+it did worse), more for a model whose overrides keep beating the sampler's typical trial, a
+probe every `WINDOW` trials for one whose overrides lose. A person may fix the share instead
+(`max_override_share`). A model that accepts everything leaves
 the search exactly the sampler's: same seed, same configs.
 
 `paced` keeps the LLM's time in proportion: past a share of the search's wall time spent waiting
@@ -65,10 +66,13 @@ class Reviewer:
         return max(1, math.floor(share * n_trials + 1e-9))
 
     def overrides_left(self, history: History) -> int:
-        """Overrides the model may still take on the next trial."""
+        """Overrides the model may still take on the next trial: its share of the last
+        `WINDOW` trials, less the trials its configs ran in there (overrides, and the configs of
+        its opening, which are its turns too: a model does not get 30% on top of an opening
+        that is still to be judged)."""
         span = min(len(history) + 1, WINDOW)
         recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
-        used = sum(1 for t in recent if t.review and t.review.verdict == "override")
+        used = sum(1 for t in recent if t.proposer == "llm")
         return self.allowed(span, self.share(history)) - used
 
     def __call__(self, space: SearchSpace, history: History, /,
