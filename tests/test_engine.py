@@ -152,6 +152,17 @@ def test_a_trial_stops_once_its_loss_has_turned_up_and_keeps_its_best_epoch():
     assert seen == [1, 2, 3, 4, 5, 6] and trials[0].value == 0.5
 
 
+def test_a_trial_whose_patience_runs_out_at_its_last_epoch_is_not_stopped_early():
+    def overfits(config, report):
+        for epoch in range(1, config["epochs"] + 1):
+            report(epoch, [0.5, 0.6, 0.7][epoch - 1])
+        return 0.5
+
+    space = SearchSpace.of(x=Float(-1.0, 1.0, default=0.0), epochs=3)
+    (trial,) = run("last-epoch", n=1, space=space, fn=overfits)
+    assert trial.curve == (0.5, 0.6, 0.7) and trial.train.stopped_early is None
+
+
 @pytest.mark.slow
 def test_lightning_trials_in_their_own_process_stop_early_and_say_so(tmp_path: Path):
     """The built-in Lightning trainer, each trial isolated: a config that overfits 4,000 rows

@@ -71,6 +71,7 @@ class Loop:
                                   History.proposer_of(storage, trial._trial_id))
 
         curve: list[float] = []
+        epochs = config.get("epochs")
 
         def report(epoch: int, val_loss: float) -> None:
             interrupts.check()
@@ -81,7 +82,10 @@ class Loop:
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
             best = curve.index(min(curve)) + 1
-            if tuner.epoch_patience and len(curve) - best >= tuner.epoch_patience:
+            # At the trial's last epoch it ends anyway: not "stopped early" (the demo said
+            # "stopped at epoch 3, best epoch 1" of 3-epoch trials that trained every epoch).
+            last = isinstance(epochs, int) and len(curve) >= epochs
+            if tuner.epoch_patience and len(curve) - best >= tuner.epoch_patience and not last:
                 raise StoppedEarly(len(curve), best, tuner.epoch_patience)
 
         assert tuner.trainer is not None  # run() refuses to start without one
