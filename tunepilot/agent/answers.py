@@ -74,22 +74,21 @@ def parse_answer(message: Any, key: str = "config") -> dict[str, Any]:
         parsed = calls[0].get("args") if calls else _first_json_object(text)
         if parsed is None:
             raise ValueError(f"the answer is not a JSON object: {text[:200]!r}")
+    answer = parsed if isinstance(parsed, dict) else {}
     if key == "configs":
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("configs"), list):
-            raise ValueError('the answer must be {"configs": [{...}, ...], "rationale": "..."}, '
-                             f"found {json.dumps(parsed)[:200]}")
-    elif key == "decision" and isinstance(parsed, dict) and (
-            str(parsed.get("decision") or "").strip().lower() == "accept"
-            or isinstance(parsed.get("config"), dict)):
-        pass
+        valid = isinstance(answer.get("configs"), list)
+        form = '{"configs": [{...}, ...], "rationale": "..."}'
     elif key == "decision":
-        raise ValueError('the answer must be {"decision": "accept", "rationale": "..."} or '
-                         '{"decision": "override", "config": {...}, "rationale": "..."}, found '
-                         f"{json.dumps(parsed)[:200]}")
-    elif not isinstance(parsed, dict) or not isinstance(parsed.get("config"), dict):
-        raise ValueError('the answer must be {"config": {...}, "rationale": "..."}, found '
-                         f"{json.dumps(parsed)[:200]}")
-    return parsed
+        valid = (str(answer.get("decision") or "").strip().lower() == "accept"
+                 or isinstance(answer.get("config"), dict))
+        form = ('{"decision": "accept", "rationale": "..."} or {"decision": "override", '
+                '"config": {...}, "rationale": "..."}')
+    else:
+        valid = isinstance(answer.get("config"), dict)
+        form = '{"config": {...}, "rationale": "..."}'
+    if not valid:
+        raise ValueError(f"the answer must be {form}, found {json.dumps(parsed)[:200]}")
+    return answer
 
 
 def _text(message: Any) -> str:
