@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -22,7 +24,7 @@ from tunepilot import Float, SearchSpace, Tuner, trainers
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), y=Float(-10.0, 10.0))
 
 
-def one_second(config, report):  # type: ignore[no-untyped-def]
+def one_second(config: Mapping[str, Any], report: Any) -> float:
     time.sleep(1.0)
     return (config["x"] - 2.0) ** 2 + (config["y"] + 1.0) ** 2
 
