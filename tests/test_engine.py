@@ -159,8 +159,54 @@ def test_a_trial_whose_patience_runs_out_at_its_last_epoch_is_not_stopped_early(
         return 0.5
 
     space = SearchSpace.of(x=Float(-1.0, 1.0, default=0.0), epochs=3)
-    (trial,) = run("last-epoch", n=1, space=space, fn=overfits)
+    (trial,) = run("last-epoch", n=1, space=space, fn=overfits, epoch_patience=2)
     assert trial.curve == (0.5, 0.6, 0.7) and trial.train.stopped_early is None
+
+
+def test_the_epoch_patience_is_a_third_of_the_trials_epochs_when_unset():
+    seen: list[int] = []
+
+    def turns_up(config, report):  # better at epoch 1, worse after: the built-in task's shape
+        for epoch in range(1, config["epochs"] + 1):
+            seen.append(epoch)
+            report(epoch, 0.5 + 0.01 * (epoch - 1))
+        return 0.5
+
+    for epochs, trained in ((3, 2), (6, 3), (30, 4)):  # patience 1, 2, then at most 3
+        seen.clear()
+        space = SearchSpace.of(x=Float(-1.0, 1.0, default=0.0), epochs=epochs)
+        (trial,) = run(f"auto-patience-{epochs}", n=1, space=space, fn=turns_up)
+        assert seen == list(range(1, trained + 1)), epochs
+        assert trial.train.stopped_early == {"epoch": trained, "best_epoch": 1}
+        assert trial.value == 0.5
+
+
+def test_an_epoch_at_the_target_ends_its_trial_and_the_search(capsys):
+    seen: list[int] = []
+
+    def improves(config, report):
+        for epoch in range(1, config["epochs"] + 1):
+            seen.append(epoch)
+            report(epoch, 0.5 - 0.1 * epoch)  # 0.4, 0.3, 0.2, 0.1
+        return 0.1
+
+    tuner = Tuner(trainers.callable(improves), SearchSpace.of(
+        x=Float(-1.0, 1.0, default=0.0), epochs=4), storage="sqlite:///:memory:",
+        study="at-target", pruner="none")
+    result = tuner.run(n_trials=5, target=0.35)
+    (trial,) = result.history
+    assert seen == [1, 2]  # epoch 2's 0.3 is at the target: epochs 3 and 4 would change nothing
+    assert trial.state == "complete" and trial.value == pytest.approx(0.3)
+    assert trial.train.stopped_early == {"epoch": 2, "best_epoch": 2, "target": True}
+    assert "target 0.35 reached by trial 0" in (result.stop_reason or "")
+    assert "stopped at epoch 2: the target reached" in capsys.readouterr().out
+    # At the last epoch the trial ends anyway: complete, not stopped.
+    seen.clear()
+    tuner = Tuner(trainers.callable(improves), SearchSpace.of(
+        x=Float(-1.0, 1.0, default=0.0), epochs=4), storage="sqlite:///:memory:",
+        study="at-target-last", pruner="none", display=None)
+    (trial,) = tuner.run(n_trials=5, target=0.15).history
+    assert seen == [1, 2, 3, 4] and trial.train.stopped_early is None
 
 
 @pytest.mark.slow

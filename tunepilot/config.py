@@ -121,8 +121,8 @@ class TuneConfig(BaseModel):
     llm_token_budget: int | None = Field(None, ge=1)  # ... or its LLM tokens (in + out) do
     epochs: int = Field(3, ge=1)  # fixed unless `epochs` is declared in [space]
     # A trial stops once its validation loss has not improved for this many epochs, kept with
-    # its best epoch (0: off). Two, not one: a single worse epoch is often noise.
-    epoch_patience: int = Field(2, ge=0)
+    # its best epoch (0: off). None: a third of the trial's epochs, 1 to 3 (2 when unknown).
+    epoch_patience: int | None = Field(None, ge=0)
     seed: int = 0
     # A study is one experiment: opening it with another trainer, data, space or fixed setting
     # is refused unless this says the change is deliberate (it is recorded in the study).
@@ -259,7 +259,8 @@ timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
 # target = {target}                 # stop as soon as a trial's validation loss is <= this
 pruner = "median"                # {" | ".join(PRUNERS)}
 sampler = "auto"                 # {" | ".join(SAMPLERS)} (auto: by the space, says why)
-# epoch_patience = 2             # stop a trial after this many epochs without a better loss
+# epoch_patience = 1             # stop a trial after this many epochs without a better loss
+#                                 (default: a third of its epochs, 1 to 3)
 storage = "{DEFAULT_STORAGE}"  # or postgresql://USER@HOST/DB for several workers
 
 [space]

@@ -19,7 +19,9 @@ from tunepilot.memory.environment import device, versions
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
     StoppedEarly,
+    TargetReached,
     TrainResult,
+    auto_epoch_patience,
     check_finite,
     release_device_memory,
 )
@@ -72,6 +74,9 @@ class Loop:
 
         curve: list[float] = []
         epochs = config.get("epochs")
+        epochs = epochs if isinstance(epochs, int) else None
+        patience = (tuner.epoch_patience if tuner.epoch_patience is not None
+                    else auto_epoch_patience(epochs))
 
         def report(epoch: int, val_loss: float) -> None:
             interrupts.check()
@@ -79,14 +84,19 @@ class Loop:
             trial.report(val_loss, epoch)
             curve.append(float(val_loss))
             tuner.display.epoch(trial.number, epoch, val_loss)
+            # At the trial's last epoch it ends anyway: not "stopped early" (the demo said
+            # "stopped at epoch 3, best epoch 1" of 3-epoch trials that trained every epoch).
+            last = epochs is not None and len(curve) >= epochs
+            if self.target is not None and val_loss <= self.target:
+                if last:
+                    return
+                # Its value is at the target already: the search is over, its epochs are not.
+                raise TargetReached(len(curve), val_loss, self.target)
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
             best = curve.index(min(curve)) + 1
-            # At the trial's last epoch it ends anyway: not "stopped early" (the demo said
-            # "stopped at epoch 3, best epoch 1" of 3-epoch trials that trained every epoch).
-            last = isinstance(epochs, int) and len(curve) >= epochs
-            if tuner.epoch_patience and len(curve) - best >= tuner.epoch_patience and not last:
-                raise StoppedEarly(len(curve), best, tuner.epoch_patience)
+            if patience and len(curve) - best >= patience and not last:
+                raise StoppedEarly(len(curve), best, patience)
 
         assert tuner.trainer is not None  # run() refuses to start without one
         start = time.perf_counter()
@@ -131,7 +141,9 @@ class Loop:
             # The GPUs this worker was pinned to (`tune run --n-workers` on a GPU machine).
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "versions": versions(),
-            **({"stopped_early": {"epoch": stopped.epoch, "best_epoch": stopped.best_epoch}}
+            **({"stopped_early": {"epoch": stopped.epoch, "best_epoch": stopped.best_epoch,
+                                  **({"target": True} if isinstance(stopped, TargetReached)
+                                     else {})}}
                if stopped is not None else {}),
         })
         return result.best_val_loss

@@ -68,7 +68,7 @@ class Tuner(AskTell):
         warm_start: bool = True,
         accept_changes: bool = False,
         start: Sequence[Mapping[str, Any]] = (),
-        epoch_patience: int = 2,
+        epoch_patience: int | None = None,
         opening: int | None = None,
     ):
         """
@@ -92,7 +92,10 @@ class Tuner(AskTell):
             start: configs (whole or partial) a new study runs first, after the space's
                 `default` values (trial 0); what a config leaves out, the sampler draws.
             epoch_patience: a trial whose validation loss has not improved for this many
-                epochs stops, kept with its best epoch (0: every trial trains all its epochs).
+                epochs stops, kept with its best epoch (0: every trial trains all its epochs;
+                None: a third of its `epochs`, 1 to 3, or 2 when the config has no `epochs`).
+                An epoch at or under the run's `target` ends its trial too (the search is
+                over).
             opening: with an LLM, how many configs one turn asks it for on a new study, run
                 first in place of the sampler's first draws and judged like its other trials
                 (None: a tenth of the run's budget, at most 5, none under 10 trials; 0: no

@@ -70,7 +70,8 @@ class TrainInfo:
     device: str | None = None
     versions: Mapping[str, str] = field(default_factory=dict)
     # {"epoch", "best_epoch"}: the trial stopped once its loss had not improved for the epoch
-    # patience (`--epoch-patience`); None when it trained all its epochs
+    # patience (`--epoch-patience`), or, with "target": true, once an epoch reached the search's
+    # target; None when it trained all its epochs
     stopped_early: Mapping[str, int] | None = None
 
     @classmethod

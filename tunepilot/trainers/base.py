@@ -37,6 +37,27 @@ class StoppedEarly(Exception):  # not an error: a trial done sooner
         self.epoch, self.best_epoch = epoch, best_epoch
 
 
+class TargetReached(StoppedEarly):
+    """Raised by `report`: this epoch's validation loss reached the search's target, so the
+    trial's value (its best epoch) is already at the target and the search is over: no reason
+    to train its remaining epochs (Lightning's `EarlyStopping(stopping_threshold=...)`)."""
+
+    def __init__(self, epoch: int, val_loss: float, target: float):
+        Exception.__init__(self, f"stopped after epoch {epoch}: validation loss {val_loss:.4g} "
+                           f"reached the target {target:g}")
+        self.epoch, self.best_epoch = epoch, epoch
+
+
+def auto_epoch_patience(epochs: int | None) -> int:
+    """The epoch patience when the user sets none: a third of the trial's epochs, at least 1 and
+    at most 3 (Lightning's EarlyStopping default); 2 when the trainer's epochs are unknown.
+    A short trial that has turned up does not come back: on the built-in 3-epoch task, 24
+    random configs never beat epochs 1-2 at epoch 3 after a worse epoch 2 (bench/README.md)."""
+    if epochs is None:
+        return 2
+    return min(3, max(1, epochs // 3))
+
+
 @dataclass(frozen=True)
 class TrainResult:
     """What a trial produced. `best_val_loss` is the best epoch, not the last one."""

@@ -37,7 +37,8 @@ def trial_line(record: TrialRecord, history: History) -> str:
     tail = ""
     if record.train is not None and record.train.stopped_early:
         stop = record.train.stopped_early
-        tail = f"  stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}"
+        tail = (f"  stopped at epoch {stop['epoch']}: the target reached" if stop.get("target")
+                else f"  stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}")
     if record.error:
         tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
     duration = seconds(record)

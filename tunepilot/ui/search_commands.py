@@ -88,7 +88,7 @@ def run(
     epochs: Annotated[int | None, typer.Option(help="Epochs per trial [default: 3]")] = None,
     epoch_patience: Annotated[int | None, typer.Option(
         help="Stop a trial whose validation loss has not improved for this many epochs, "
-        "keeping its best epoch (0: off) [default: 2]")] = None,
+        "keeping its best epoch (0: off) [default: a third of its epochs, 1 to 3]")] = None,
     seed: Annotated[int | None, typer.Option(
         help="Seed of sampler and training [default: 0]")] = None,
     accept_changes: Annotated[bool | None, typer.Option(
