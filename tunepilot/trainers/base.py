@@ -19,7 +19,8 @@ class Report(Protocol):
     """Called by a trainer after each epoch with that epoch's validation loss.
 
     Raises `optuna.TrialPruned` when the pruner stops the trial, `StoppedEarly` when the loss
-    has not improved for the search's epoch patience (the trial is kept with its best epoch),
+    has not improved for the search's epoch patience or has reached its target (`TargetReached`;
+    the trial is kept with its best epoch),
     and `Diverged` when the loss is NaN or infinite. Epochs count from 1. A trainer lets them
     all through: the search reads what it needs from the epochs already reported.
     """
@@ -51,8 +52,8 @@ class TargetReached(StoppedEarly):
 def auto_epoch_patience(epochs: int | None) -> int:
     """The epoch patience when the user sets none: a third of the trial's epochs, at least 1 and
     at most 3 (Lightning's EarlyStopping default); 2 when the trainer's epochs are unknown.
-    A short trial that has turned up does not come back: on the built-in 3-epoch task, 24
-    random configs never beat epochs 1-2 at epoch 3 after a worse epoch 2 (bench/README.md)."""
+    A short trial that has turned up rarely comes back (measured on the built-in task:
+    bench/README.md, "the target at its epoch")."""
     if epochs is None:
         return 2
     return min(3, max(1, epochs // 3))
