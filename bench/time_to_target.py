@@ -29,12 +29,14 @@ target; "missed" when none of the N trials reached it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 
 from tunepilot import SearchSpace, trainers
-from tunepilot.agent import studies
+from tunepilot.agent import samplers, studies
 from tunepilot.agent.build import from_config
 from tunepilot.config import TuneConfig
 from tunepilot.memory import History
@@ -52,6 +54,9 @@ from tunepilot.trainers.data.ctr import Split
 VARIANTS = ("optuna", "before", "default")
 STEPS = ("auto", "defaults", "patience")
 PRUNERS = ("rung1", "nopruner", "rows")
+# `default` with the choices left to chance for TPE's 10 start-up draws under `auto`'s CMA-ES, as
+# before 2026-12-03 evening (the default of the afternoon table).
+UNDONE = ("pm",)
 ROWS_FRACTION = 0.25
 
 
@@ -77,6 +82,18 @@ def screened(data: Any, fraction: float = ROWS_FRACTION) -> Any:
     return train
 
 
+@contextlib.contextmanager
+def undone(variant: str) -> Iterator[None]:
+    """`auto` with its choices left to chance for TPE's 10 start-up draws, for the run."""
+    saved = samplers.CHOICES_STARTUP
+    if variant == "pm":
+        samplers.CHOICES_STARTUP = 10
+    try:
+        yield
+    finally:
+        samplers.CHOICES_STARTUP = saved
+
+
 def _no_defaults() -> dict[str, Any]:
     """The built-in space with its `default`s taken out (the space as it was)."""
     space = trainers.default_space("lightning")
@@ -91,7 +108,8 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int,
                 "auto": {**before, "sampler": "auto"},
                 "defaults": {**before, "space": {}},
                 "patience": {**before, "epoch_patience": 2},
-                "rung1": {}, "nopruner": {"pruner": "none"}, "rows": {}}[variant]
+                "rung1": {}, "nopruner": {"pruner": "none"}, "rows": {},
+                "pm": {}}[variant]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TuneConfig(strategy="optuna", seed=seed, target=target, n_trials=n_trials,
                          storage=f"sqlite:///{tmp}/s.db", **settings)
@@ -101,7 +119,8 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int,
         if variant == "rows":
             tuner.trainer = screened(data)
         began = time.monotonic()
-        studies.run(tuner, cfg)
+        with undone(variant):
+            studies.run(tuner, cfg)
         wall = time.monotonic() - began
         history = History.from_study(tuner.study)
     start = min(t.start for t in history if t.start is not None)
@@ -152,7 +171,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", type=float, default=0.403)
     parser.add_argument("--n-trials", type=int, default=30)
-    parser.add_argument("--seeds", type=int, default=10, help="seeds 0..N-1 [10]")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds FIRST..FIRST+N-1 [10]")
+    parser.add_argument("--first-seed", type=int, default=0, help="FIRST [0]")
     parser.add_argument("--steps", action="store_true",
                         help="also `before` with each of the three changes alone")
     parser.add_argument("--variants", help="comma-separated, instead of the default set")
@@ -163,13 +183,14 @@ def main() -> None:
     variants = VARIANTS + (STEPS if args.steps else ()) + (PRUNERS if args.pruners else ())
     if args.variants:
         variants = tuple(args.variants.split(","))
-    print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds 0..{args.seeds - 1}; "
+    print(f"# time to target {args.target}, {args.n_trials}-trial cap, seeds {args.first_seed}.."
+          f"{args.first_seed + args.seeds - 1}; "
           f"{time.strftime('%Y-%m-%d %H:%M')}", flush=True)
     data = trainers.load_data("synthetic")
     # One epoch first, so no variant's first trial pays for importing Lightning.
     trainers.ctr_lightning(data)({"epochs": 1}, trainers.no_report)
     results: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         for variant in variants:
             r = (optuna_run(seed, args.target, args.n_trials, data) if variant == "optuna"
                  else tunepilot_run(variant, seed, args.target, args.n_trials, data))

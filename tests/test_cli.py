@@ -13,6 +13,7 @@ import optuna
 import pytest
 
 from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
+from tunepilot.memory.text import format_params
 
 TOY = """
 import time
@@ -128,7 +129,8 @@ def test_run_resume_show_best(workdir):
     prompt = run_tune("prompt", "--storage", "sqlite:///s.db", cwd=workdir)
     assert prompt.returncode == 0, prompt.stderr
     assert prompt.stdout.startswith("# system\nYou are tunepilot")
-    assert "Trial #10 (11 of a budget of 10)" in prompt.stdout
+    assert ("Trial #10 (past the budget of 10 trials: it runs when the search is resumed with "
+            "a larger one)") in prompt.stdout
     assert "Train the user's model 'toy:quadratic'" in prompt.stdout
     assert f"#{study.best_trial.number} [" in prompt.stdout  # the best trial is shown
 
@@ -206,3 +208,39 @@ def test_tune_init_for_user_code_and_a_run_with_no_space_points_to_it(workdir):
     assert done.returncode == 0, done.stderr
     text = (workdir / "mine.toml").read_text()
     assert 'trainer = "toy:quadratic"' in text and "batch_size" in text
+
+
+def test_tune_prompt_of_a_review_study_shows_the_candidate_the_next_trial_draws(workdir):
+    """`tune prompt` on a `review` study prints the sampler's candidate as the run will draw it
+    (an in-memory copy of the study; the study itself is only read), with the review's rules:
+    no "notes" rule (its answers have none) and no "propose" line."""
+    from tests.llm_server import ScriptedLLMServer
+
+    accept = json.dumps({"decision": "accept", "rationale": "the sampler's draw is fine"})
+    with ScriptedLLMServer(lambda request: accept) as server:
+        args = ("run", "--llm", "openai:gpt-4o-mini", "--llm-base-url", server.base_url,
+                "--strategy", "review", "--max-override-share", "1", "--opening", "0",
+                "--config", "toy.toml",
+                "--trainer", "toy:quadratic", "--storage", "sqlite:///s.db")
+        env = {"OPENAI_API_KEY": "sk-test"}
+        first = run_tune(*args, "--n-trials", "4", cwd=workdir, env=env)
+        assert first.returncode == 0, first.stdout + first.stderr
+        storage = "sqlite:///" + str(workdir / "s.db")
+        before = [t.params for t in optuna.load_study(study_name="toy-quadratic",
+                                                      storage=storage).trials]
+        prompt = run_tune("prompt", "--storage", "sqlite:///s.db", cwd=workdir, env=env)
+        assert prompt.returncode == 0, prompt.stderr
+        text = prompt.stdout
+        trials = optuna.load_study(study_name="toy-quadratic", storage=storage).trials
+        assert [t.params for t in trials] == before  # only read
+        assert "## The optimizer's candidate for trial #4" in text
+        assert 'Answer {"decision": "accept", "rationale": "..."}' in text
+        assert "Propose the next configuration" not in text
+        assert '"notes"' not in text
+        shown = text.split("proposes: ", 1)[1].split("\n", 1)[0]
+
+        second = run_tune(*args, "--n-trials", "5", cwd=workdir, env=env)
+        assert second.returncode == 0, second.stdout + second.stderr
+    trial = optuna.load_study(study_name="toy-quadratic", storage=storage).trials[4]
+    assert trial.user_attrs["proposer"] == "optuna"  # accepted
+    assert shown == format_params(trial.params), (shown, trial.params)

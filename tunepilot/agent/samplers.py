@@ -46,10 +46,13 @@ def optuna_sampler(name: str, seed: int | None = None, *, space: SearchSpace | N
     if name == "auto":
         name = auto_kind(space, number)
         if name == "cmaes":
-            # Choices are drawn by TPE's model of them (CMA-ES models numbers only).
+            # Choices are drawn by TPE's model of them (CMA-ES models numbers only), modelled
+            # from the first finished trial (TPE's own 10 random start-up draws would leave
+            # them to chance for the whole CMA-ES phase).
             return optuna.samplers.CmaEsSampler(
                 seed=seed, warn_independent_sampling=False,
-                independent_sampler=optuna.samplers.TPESampler(seed=seed))
+                independent_sampler=optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=CHOICES_STARTUP))
     if name == "tpe":
         # multivariate: lr and batch size interact; independent TPE misses that. constant_liar:
         # trials running on other workers count as bad, so workers spread out.
@@ -72,6 +75,9 @@ def optuna_sampler(name: str, seed: int | None = None, *, space: SearchSpace | N
 # CMA-ES throughout. So: CMA-ES on a mostly numeric space before trial CMAES_UNTIL, then TPE,
 # which models the CMA-ES trials; TPE alone on spaces of choices (CMA-ES models no choices).
 CMAES_UNTIL = 10
+# Under `auto`'s CMA-ES, the trials after which TPE models the choices (bench/README.md, "Time
+# to a target").
+CHOICES_STARTUP = 1
 
 
 def auto_kind(space: SearchSpace | None, number: int) -> str:

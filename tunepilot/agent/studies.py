@@ -19,14 +19,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import optuna
+
 from tunepilot.agent.build import build_trainer, from_config
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import TuneResult
+from tunepilot.agent.suggest import Candidate
 from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.runtime import devices, interrupts, pool
+from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import TrainResult, check_finite
 
 EXIT_BAD_INPUT = 2  # a worker's exit code for bad input (the CLI's too)
@@ -234,7 +238,39 @@ def next_prompt(storage: str, study: str | None = None) -> str:
                        task=cfg.task or _task_description(cfg, []), n_trials=cfg.n_trials,
                        target=cfg.target, metric=cfg.metric)
     review = cfg.strategy in ("auto", "review")
-    more = ("\n(`review`: at its turn, the sampler's candidate and what the sampler has "
-            "learned follow, with the answer's form.)" if review else "")
-    return (f"# system\n{llm.system_prompt(review, has_curves(history))}\n\n# the next "
-            f"trial's prompt\n{llm.prompt(SearchSpace.model_validate(space), history)}{more}")
+    space_obj = SearchSpace.model_validate(space)
+    system = llm.system_prompt(review, has_curves(history))
+    if not review:
+        return f"# system\n{system}\n\n# the next trial's prompt\n{llm.prompt(space_obj, history)}"
+    from tunepilot.agent.review import Reviewer
+
+    left = Reviewer(llm, cfg.max_override_share).overrides_left(history)
+    turn = ("" if left > 0 else
+            "\n(the model's share of overrides is used up now: the next trial goes to the "
+            "sampler without asking; this is what it reads at its next turn)")
+    candidate = next_candidate(loaded, cfg, space_obj)
+    return (f"# system\n{system}\n\n# the next trial's prompt (`review`: the sampler's "
+            f"candidate drawn as the run would draw it){turn}\n"
+            f"{llm.prompt(space_obj, history, candidate=candidate, overrides_left=max(left, 1))}")
+
+
+def next_candidate(study: optuna.Study, cfg: TuneConfig, space: SearchSpace) -> Candidate:
+    """The sampler's candidate for the study's next trial, as a run would draw it (the same
+    sampler and seed), drawn on an in-memory copy of the study: the study itself is only
+    read."""
+    from optuna.storages import InMemoryStorage
+
+    from tunepilot.agent.sampler_state import describe_sampler, sampler_name
+    from tunepilot.agent.samplers import per_trial_sampler
+
+    memory = InMemoryStorage()
+    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+                      to_storage=memory)
+    number = len(study.get_trials(deepcopy=False))
+    sampler = per_trial_sampler(cfg.sampler, study.study_name, cfg.seed, space)(number)
+    copy = optuna.load_study(study_name=study.study_name, storage=memory, sampler=sampler)
+    trial = copy.ask(fixed_distributions=space.distributions())
+    params = dict(trial.params)
+    search_space = sampler.infer_relative_search_space(copy, copy.trials[-1])
+    return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
+        sampler, copy, space, search_space, params))
