@@ -15,7 +15,9 @@ Strategies (every one on the same tasks and seeds, trial 0 the task's default co
   expert accepts or overrides it, its share of overrides earned from its record
   (tunepilot/memory/trust.py);
 - `review:EXPERT`: the same without the opening (`opening=0`);
-- `fixed:EXPERT`: `review` with the share fixed at 30%, as before this round.
+- `fixed:EXPERT`: `review` with the share fixed at 30%, as before this round;
+- `hybrid:EXPERT`, `hybrid+open:EXPERT`: `--strategy hybrid` (the expert proposes the first 2
+  trials, then the share of trials its record earns), without and with the opening.
 
 Measures: the best config's rank in the table after 5/10/20/30 trials, as the share of the
 table's 30,000 configs at least as good (0.01 = the top 1%), mean ± standard error over tasks
@@ -70,9 +72,10 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
     configs, _ = ranked(task_name)
     with Expert(kind, configs, seed) as expert:
         # The product's default with a key: review over the default sampler rule.
-        run = run_one(task, "review", seed, budget, expert.chat_model(), sampler="auto",
+        run = run_one(task, "hybrid" if mode.startswith("hybrid") else "review", seed, budget,
+                      expert.chat_model(), sampler="auto",
                       max_override_share=0.3 if mode == "fixed" else None,
-                      opening=None if mode == "review+open" else 0)
+                      opening=None if mode.endswith("+open") else 0)
         requests = expert.requests
     run.strategy, run.model = strategy, f"expert {kind}; requests {requests}"
     return run

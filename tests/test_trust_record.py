@@ -142,3 +142,39 @@ def test_the_record_is_read_from_the_study_so_a_resume_keeps_it(tmp_path):
     # The first run's losses hold: at most the floor's one probe in the last 20 trials.
     assert _overrides(second.history, range(20, 30)) <= 1
     assert _overrides(second.history, range(10, 30)) <= 2
+
+
+def _proposer(good: bool):
+    """A scripted model for `hybrid`: each of its turns proposes a config near the optimum
+    (x = 2) or far from it."""
+    offsets = [0.0] + [s * 0.21 * k for k in range(1, 11) for s in (1, -1)]
+    configs = itertools.product(offsets, ["adam", "sgd"])
+
+    def answer(request: dict) -> str:
+        dx, opt = next(configs)
+        config = {"x": 2.0 + dx if good else -9.5 + abs(dx), "opt": opt}
+        if "configs" in json.dumps(request["response_format"]):  # its opening
+            return json.dumps({"configs": [config], "rationale": "Known to work."})
+        return json.dumps({"config": config, "rationale": "Published results put it first."})
+
+    return answer
+
+
+def test_hybrid_gives_a_model_that_wins_more_trials_and_one_that_loses_a_probe_a_window():
+    runs = {}
+    for good in (True, False):
+        with ScriptedLLMServer(_proposer(good)) as server:
+            tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
+                          study="t", llm=chat(server), strategy="hybrid", sampler="tpe",
+                          pruner="none", display=None, seed=3)
+            runs[good] = tuner.run(n_trials=40)
+    llm_trials = {good: [t.number for t in runs[good].history if t.proposer == "llm"]
+                  for good in runs}
+    print(f"LLM trials of 40: near {llm_trials[True]}, far {llm_trials[False]}")
+    # The fixed rule it replaced (trials 0, 1, then every 4th) gave either 11 of 40.
+    assert len(llm_trials[True]) >= 16, llm_trials[True]
+    assert trust.record(runs[True].history).share >= 0.6
+    # The far one: its first trials lose, then one probe per window of 20.
+    assert len(llm_trials[False]) <= 5, llm_trials[False]
+    assert not [n for n in llm_trials[False] if 5 <= n < 20], llm_trials[False]
+    assert trust.record(runs[False].history).share == trust.FLOOR

@@ -70,10 +70,7 @@ class Reviewer:
         `WINDOW` trials, less the trials its configs ran in there (overrides, and the configs of
         its opening, which are its turns too: a model does not get 30% on top of an opening
         that is still to be judged)."""
-        span = min(len(history) + 1, WINDOW)
-        recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
-        used = sum(1 for t in recent if t.proposer == "llm")
-        return self.allowed(span, self.share(history)) - used
+        return turns_left(history, self.share(history))
 
     def __call__(self, space: SearchSpace, history: History, /,
                  candidate: Candidate | None = None) -> Suggestion | None:
@@ -84,6 +81,31 @@ class Reviewer:
             return None
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
         return self.llm.review(space, history, candidate, overrides_left=left)
+
+
+def turns_left(history: History, share: float) -> int:
+    """The LLM's trials still allowed on the next trial: `share` of the last `WINDOW` trials
+    (the next one counted), less the trials its configs ran in there."""
+    span = min(len(history) + 1, WINDOW)
+    recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
+    used = sum(1 for t in recent if t.proposer == "llm")
+    return Reviewer.allowed(span, share) - used
+
+
+def earned_turns(suggester: Suggester, *, startup: int = 2,
+                 share: float | None = None) -> Suggester:
+    """The `hybrid` strategy: `suggester` (the LLM) proposes the first `startup` trials, then
+    a trial whenever its trials among the last `WINDOW` are fewer than the share its track
+    record earns (`tunepilot.memory.trust`; `share` where a person fixed it); the sampler
+    proposes the others. Both read the same history."""
+
+    def hybrid(space: SearchSpace, history: History) -> Suggestion | None:
+        if len(history) < startup:
+            return suggester(space, history)
+        earned = trust.record(history).share if share is None else share
+        return suggester(space, history) if turns_left(history, earned) > 0 else None
+
+    return hybrid
 
 
 def check_time_share(history: History, max_share: float, first_turn_s: float = 0.0) -> None:

@@ -6,8 +6,8 @@
   ``--llm auto`` falls back to without a key: Optuna alone, as its reviews measured no gain):
   the sampler draws a candidate every trial; the LLM sees it with the sampler's state and
   accepts or overrides it, on the share of trials its record earns (see `review`);
-- ``hybrid``: the LLM on the first trials and every few after, the sampler the rest, both
-  reading one history.
+- ``hybrid``: the LLM on the first trials, then on the share of trials its record earns (as
+  `review`'s overrides), the sampler the rest, both reading one history.
 
 A model or strategy the person named (`--llm local`, `--strategy llm`, a chat model object) is
 asked on every one of its turns. Where both were left to `auto`, or where the person sets
@@ -24,12 +24,13 @@ from tunepilot.agent.review import (
     LLM_TIME_SHARE,
     WINDOW,
     Reviewer,
+    earned_turns,
     paced,
 )
 from tunepilot.agent.suggest import Suggester
 from tunepilot.config import STRATEGIES
 from tunepilot.errors import ConfigError, one_of
-from tunepilot.memory import redact
+from tunepilot.memory import redact, trust
 
 
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
@@ -45,7 +46,6 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     """
     from tunepilot.agent.llm import Choice, LLMSettings, choose
     from tunepilot.agent.llm_suggester import LLMSuggester
-    from tunepilot.agent.suggest import alternate
 
     strategies = tuple(s for s in STRATEGIES if s != "optuna")
     if strategy not in strategies:
@@ -103,8 +103,6 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
             if llm_time_share < 1.0 else "" if capped else
             "; asked on all its turns, as named (--llm-time-share caps its share of the time)")
     if strategy == "review":
-        from tunepilot.memory import trust
-
         share = (f"up to {max_override_share:.0%} of them" if max_override_share is not None
                  else f"the share its record earns ({trust.EVEN_SHARE:.0%} to start, "
                  f"{trust.FLOOR:.0%} to {trust.CEILING:.0%} of any {WINDOW} trials)")
@@ -117,13 +115,13 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
         return paced(llm_suggester, llm_time_share), llm_suggester, (
             f"strategy: llm ({choice.name}{where} proposes every trial; {optuna_line} if it "
             f"fails{pace}); {choice.reason}")
-    # bench/search.py (bench/README.md): with the LLM on trials 1, 2, then every 4th, hybrid
-    # scored 0.83/0.99/0.69/0.66 at 5/10/20/30 trials against TPE's 0.99/1.00/0.77/0.76; the
-    # denser 3/2 rule scored 0.91-0.93 at 20-30 trials, worse than TPE. Measured with the
-    # embedded model; rerun the benchmark with --llm before giving a capable model more turns.
-    startup, every = 2, 4
-    turns = ", ".join(str(n) for n in range(12) if n < startup or (n - startup) % every == 0)
-    return alternate(paced(llm_suggester, llm_time_share), startup=startup, every=every), \
-        llm_suggester, (
-            f"strategy: hybrid ({choice.name}{where} proposes trials {turns}, ... (every "
-            f"{every}th); Optuna's {optuna_line} the rest{pace}); {choice.reason}")
+    # hybrid's turns, as review's overrides, follow the model's record: the fixed rule (trials
+    # 1, 2, then every 4th) gave a model that loses a quarter of the trials all night.
+    startup = 2
+    share = (f"{max_override_share:.0%} of the trials after" if max_override_share is not None
+             else f"then the share of trials its record earns ({trust.EVEN_SHARE:.0%} to start, "
+             f"{trust.FLOOR:.0%} to {trust.CEILING:.0%} of any {WINDOW} trials)")
+    return earned_turns(paced(llm_suggester, llm_time_share), startup=startup,
+                        share=max_override_share), llm_suggester, (
+        f"strategy: hybrid ({choice.name}{where} proposes the first {startup} trials, {share}; "
+        f"Optuna's {optuna_line} the rest{pace}); {choice.reason}")

@@ -71,9 +71,9 @@ class TrackRecord:
         """The share of turns the record has earned, in [FLOOR, CEILING]."""
         return min(CEILING, max(FLOOR, EVEN_SHARE + SLOPE * (self.score - 0.5)))
 
-    def line(self, share: bool = True) -> str | None:
+    def line(self, share: bool = True, of: str = "overrides") -> str | None:
         """The record for a person, or None before the LLM proposed anything; `share`: with
-        the share of overrides it earns (the `review` strategy)."""
+        the share it earns `of` the overrides (`review`) or of the trials (`hybrid`)."""
         trials = len(self.judged) - self.invalid
         if not self.judged and not self.pending:
             return None
@@ -85,8 +85,7 @@ class TrackRecord:
         if self.pending:
             parts.append(f"{self.pending} not judged yet")
         text = "; ".join(parts)
-        return text + (f"; its record earns it {self.share:.0%} of the overrides" if share
-                       else "")
+        return text + (f"; its record earns it {self.share:.0%} of the {of}" if share else "")
 
 
 def record(history: History) -> TrackRecord:

@@ -128,7 +128,10 @@ def record_line(history: History) -> str | None:
     """The LLM's track record (`tunepilot.memory.trust`), or None before it proposed."""
     from tunepilot.memory import trust
 
-    return trust.record(history).line(share=any(t.review for t in history))
+    if any(t.review for t in history):
+        return trust.record(history).line(share=True, of="overrides")
+    hybrid = (history.settings.get("config") or {}).get("strategy") == "hybrid"
+    return trust.record(history).line(share=hybrid, of="trials")
 
 
 def _llm_line(history: History) -> str | None:
