@@ -82,7 +82,8 @@ class Tuner(AskTell):
                 and overrides the share its track record earns, or `max_override_share` of
                 them where set; "auto" means this),
                 "hybrid" (they take turns: the LLM the first two, then the share of trials
-                its record earns, or `max_override_share`) or "llm" (the LLM proposes every trial). Past
+                its record earns, or `max_override_share`) or "llm" (the LLM proposes every
+                trial). Past
                 `llm_time_share` of the wall time spent waiting for the LLM, Optuna takes its
                 turn (default: no cap for a model or strategy named, 0.2 under "auto").
             task: one or two sentences for the LLM about what is trained.

@@ -56,7 +56,8 @@ def run(
         "model or strategy you name]")] = None,
     max_override_share: Annotated[float | None, typer.Option(
         help="review: fix the share of trials on which the LLM may override the sampler's "
-        "candidate; hybrid: the share of trials it proposes after its first two [default: earned by its record: 30% to start, 5% for a model whose "
+        "candidate; hybrid: the share of trials it proposes after its first two "
+        "[default: earned by its record: 30% to start, 5% for a model whose "
         "overrides lose, up to 80% for one whose overrides keep winning]")] = None,
     opening: Annotated[int | None, typer.Option(
         help="With an LLM: configs one turn asks it for on a new study, run first in place of "
