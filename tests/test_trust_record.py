@@ -100,14 +100,20 @@ def _overrides(history, numbers=range(10_000)):
                and t.review.verdict == "override")
 
 
-def test_a_model_whose_overrides_win_earns_more_than_30_percent_and_one_that_loses_sits_out():
+def _near_and_far(model, strategy):
+    """40 trials of `strategy` with the scripted `model(good)`, near the optimum and far."""
     runs = {}
     for good in (True, False):
-        with ScriptedLLMServer(_expert(good)) as server:
+        with ScriptedLLMServer(model(good)) as server:
             tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
-                          study="t", llm=chat(server), strategy="review", sampler="tpe",
+                          study="t", llm=chat(server), strategy=strategy, sampler="tpe",
                           pruner="none", display=None, seed=3)
             runs[good] = tuner.run(n_trials=40)
+    return runs
+
+
+def test_a_model_whose_overrides_win_earns_more_than_30_percent_and_one_that_loses_sits_out():
+    runs = _near_and_far(_expert, "review")
     good, bad = (runs[True].history, runs[False].history)
     good_record, bad_record = trust.record(good), trust.record(bad)
     # Fixed at 30%, each would have overridden 12 of 40 trials.
@@ -161,13 +167,7 @@ def _proposer(good: bool):
 
 
 def test_hybrid_gives_a_model_that_wins_more_trials_and_one_that_loses_a_probe_a_window():
-    runs = {}
-    for good in (True, False):
-        with ScriptedLLMServer(_proposer(good)) as server:
-            tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
-                          study="t", llm=chat(server), strategy="hybrid", sampler="tpe",
-                          pruner="none", display=None, seed=3)
-            runs[good] = tuner.run(n_trials=40)
+    runs = _near_and_far(_proposer, "hybrid")
     llm_trials = {good: [t.number for t in runs[good].history if t.proposer == "llm"]
                   for good in runs}
     print(f"LLM trials of 40: near {llm_trials[True]}, far {llm_trials[False]}")
