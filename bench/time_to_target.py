@@ -19,6 +19,8 @@ round's engine, and tunepilot's default, seed by seed, side by side in one run.
   and with a data-size rung first: each config trains its epochs on the first quarter of the
   training rows, and goes on to the full data (a fresh model) only when that loss is at or under
   the median of the earlier trials' quarter-data losses (after 5 trials).
+- `pm` (with `--variants`): `default` with its choices left to chance for TPE's 10 random
+  start-up draws under `auto`'s CMA-ES, as before 2026-12-03 evening (the afternoon's default).
 
 The tunepilot runs go through the CLI's config path (`from_config`) on a fresh SQLite study in a
 temporary directory, with no LLM (`--strategy optuna`). "Time to target": seconds from the run's
@@ -54,9 +56,6 @@ from tunepilot.trainers.data.ctr import Split
 VARIANTS = ("optuna", "before", "default")
 STEPS = ("auto", "defaults", "patience")
 PRUNERS = ("rung1", "nopruner", "rows")
-# `default` with the choices left to chance for TPE's 10 start-up draws under `auto`'s CMA-ES, as
-# before 2026-12-03 evening (the default of the afternoon table).
-UNDONE = ("pm",)
 ROWS_FRACTION = 0.25
 
 
