@@ -165,6 +165,7 @@ def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "interrupted" in out
+    assert "1 finished in study toy-sleepy (1 new): 0 complete, 0 pruned, 1 failed" in out
     assert "to resume: tune run" in out
     states = [t.state.name for t in optuna.load_study(study_name="toy-sleepy",
                                                       storage=storage).trials]

@@ -291,12 +291,13 @@ def failing_alike(history: History) -> str | None:
     return messages.pop() if len(messages) == 1 else None
 
 
-def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> None:
+def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> bool:
     """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
-    (an interrupt between Optuna creating the trial and running it leaves it RUNNING)."""
+    (an interrupt between Optuna creating the trial and running it leaves it RUNNING). Whether
+    there was one: a trial of this run that no trial-end callback counted."""
     trial_id = getattr(study.sampler, "last_trial_id", None)
     if trial_id is None:
-        return
+        return False
     storage = study._storage
     trial = storage.get_trial(trial_id)
     if trial.state == TrialState.RUNNING:
@@ -304,6 +305,9 @@ def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock)
     elif trial.state == TrialState.FAIL and History.error_of(trial) is None:
         # Optuna failed it already, and a finished trial takes no more attributes.
         records.interrupted(study, trial.number, signal_name(e), lock)
+    else:
+        return False
+    return True
 
 
 def signal_name(e: KeyboardInterrupt) -> str:

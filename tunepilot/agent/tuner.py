@@ -318,7 +318,7 @@ class Tuner(AskTell):
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({signal_name(e)})"
-            record_interrupt(study, e, self.lock)
+            loop.n_new += record_interrupt(study, e, self.lock)  # "(1 new)": it ran here
         finally:
             self._early_beat.stop()
             if self._gate_held:
