@@ -16,13 +16,15 @@ from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
 from tunepilot.memory.text import format_params
 
 TOY = """
+import os
 import time
 
 def quadratic(config, report):
     return (config["x"] - 2.0) ** 2
 
-def sleepy(config, report):
-    time.sleep(30)
+def sleepy(config, report):  # slow while the file "slow" is there
+    if os.path.exists("slow"):
+        time.sleep(30)
     return 1.0
 """
 
@@ -146,6 +148,7 @@ def test_show_names_the_studies_when_the_name_is_wrong(workdir):
 
 def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{workdir}"}
+    (workdir / "slow").touch()
     proc = subprocess.Popen(
         [*TUNE, "run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:sleepy",
          "--storage",
@@ -166,10 +169,23 @@ def test_ctrl_c_fails_the_running_trial_and_exits_130(workdir):
     assert proc.returncode == 130, out + err
     assert "interrupted" in out
     assert "1 finished in study toy-sleepy (1 new): 0 complete, 0 pruned, 1 failed" in out
+    assert ("trial 0 was interrupted: marked failed; its config runs first when the search is "
+            "resumed") in out
     assert "to resume: tune run" in out
-    states = [t.state.name for t in optuna.load_study(study_name="toy-sleepy",
-                                                      storage=storage).trials]
-    assert states == ["FAIL"]
+    trials = optuna.load_study(study_name="toy-sleepy", storage=storage).trials
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]
+    # Resumed, the interrupted config runs first: what it was cut short of.
+    (workdir / "slow").unlink()
+    again = run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:sleepy",
+                     "--storage", "sqlite:///s.db", "--n-trials", "3", cwd=workdir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    trials = optuna.load_study(study_name="toy-sleepy", storage=storage).trials
+    # The retry takes the interrupted trial's place in the budget of 3.
+    assert [t.state.name for t in trials] == ["FAIL"] + ["COMPLETE"] * 3, again.stdout
+    assert trials[1].params == trials[0].params != trials[2].params
+    assert "up to 3 trials (resuming: 1 trial done)" in again.stdout
+    assert "trials: 4 finished in study toy-sleepy (3 new): 3 complete, 0 pruned, 1 failed" in (
+        again.stdout)
 
 
 def test_report_and_log_are_written_for_a_run(workdir):

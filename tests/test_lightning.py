@@ -117,8 +117,11 @@ def test_ctrl_c_during_lightning_fit_fails_the_trial_and_exits_130(tmp_path):
     assert proc.returncode == 130, out + err
     from tunepilot.memory import History, load_study
 
-    [trial] = History.from_study(load_study(storage, "lightning-synthetic-4000"))
+    trial, again = History.from_study(load_study(storage, "lightning-synthetic-4000"))
     assert trial.state == "fail" and trial.error["kind"] == "interrupted"
+    # Its config is queued to run first on resume, a clean copy.
+    assert again.state == "waiting" and again.params == trial.params and again.error is None
+    assert again.retry_of == (trial.number,)
 
 
 def test_rerun_reproduces_a_trial(tmp_path):

@@ -106,7 +106,7 @@ class TuneConfig(BaseModel):
     metric: str = Field("validation loss", min_length=1, max_length=200)
     storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)
-    retry_interrupted: int = Field(1, ge=0)  # re-run a killed worker's trial this many times
+    retry_interrupted: int = Field(1, ge=0)  # re-run an interrupted or killed trial this often
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
     timeout: Duration = None  # wall-time budget of the study (its trials' time), in seconds

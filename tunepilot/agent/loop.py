@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
+from tunepilot.memory.store import requeue
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
     StoppedEarly,
@@ -291,13 +292,15 @@ def failing_alike(history: History) -> str | None:
     return messages.pop() if len(messages) == 1 else None
 
 
-def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> bool:
-    """Marks the trial this process was running as interrupted, and FAILs it if Optuna did not
-    (an interrupt between Optuna creating the trial and running it leaves it RUNNING). Whether
-    there was one: a trial of this run that no trial-end callback counted."""
+def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> str | None:
+    """Marks the trial this process was running as interrupted, FAILs it if Optuna did not (an
+    interrupt between Optuna creating the trial and running it leaves it RUNNING), and queues
+    its config to run first when the search goes on (once, as a killed process's trial: an
+    interrupted trial says nothing about its config). What became of it, in a line; None when
+    no trial of this run was running (a trial-end callback counted all of them)."""
     trial_id = getattr(study.sampler, "last_trial_id", None)
     if trial_id is None:
-        return False
+        return None
     storage = study._storage
     trial = storage.get_trial(trial_id)
     if trial.state == TrialState.RUNNING:
@@ -306,8 +309,11 @@ def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock)
         # Optuna failed it already, and a finished trial takes no more attributes.
         records.interrupted(study, trial.number, signal_name(e), lock)
     else:
-        return False
-    return True
+        return None
+    again = requeue(study, trial_id)
+    if again == "its config runs again":
+        again = "its config runs first when the search is resumed"
+    return f"trial {trial.number} was interrupted: marked failed; {again}"
 
 
 def signal_name(e: KeyboardInterrupt) -> str:

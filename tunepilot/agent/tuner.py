@@ -318,7 +318,10 @@ class Tuner(AskTell):
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
             loop.reason = f"interrupted ({signal_name(e)})"
-            loop.n_new += record_interrupt(study, e, self.lock)  # "(1 new)": it ran here
+            said = record_interrupt(study, e, self.lock)
+            if said is not None:
+                loop.n_new += 1  # it ran here: "(1 new)"
+                self.display.notice(said)
         finally:
             self._early_beat.stop()
             if self._gate_held:

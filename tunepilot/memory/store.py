@@ -185,9 +185,6 @@ def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
     caller that holds the study's `OneProcessRun`: then no other process runs a trial of it,
     and every RUNNING trial but this process's own (`keep`, and a person's suggest() trials,
     which no process owns) is dead, however recently it beat."""
-    import copy
-
-    import optuna
     from optuna.trial import TrialState
 
     from tunepilot.memory import attrs, records
@@ -197,27 +194,38 @@ def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
             if t.number not in keep and not t.user_attrs.get(attrs.ASK_TELL)]
     if not dead:
         return []
-    max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
-    retry = None
-    if max_retry:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
     said = []
     for trial in dead:
         cause = ("its process stopped mid-trial (killed, or the machine restarted); found "
                  "by the next run")
         records.fail(storage, trial._trial_id, "interrupted", cause)
-        failed = copy.deepcopy(storage.get_trial(trial._trial_id))
-        again = "it had no config yet"
-        if trial.params:
-            again = "not run again (its retries are used up)"
-            if retry is not None and len(failed.system_attrs.get("retry_history", [])) < max_retry:
-                retry(study, failed)
-                again = "its config runs again"
+        again = requeue(study, trial._trial_id)
         said.append(f"trial {trial.number} was left running by a process that stopped "
                     f"(killed?): marked failed; {again}")
     return said
+
+
+def requeue(study: optuna.Study, trial_id: int) -> str:
+    """Queues an interrupted trial's config to run again, as often as `open_storage`'s
+    `retry_stale` allows (Optuna's retry record: the copy names the trial it repeats); what
+    was done, in words."""
+    import copy
+
+    import optuna
+
+    storage = study._storage
+    failed = copy.deepcopy(storage.get_trial(trial_id))
+    if not failed.params:
+        return "it had no config yet"
+    max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
+    if not max_retry:
+        return "not run again (retry_interrupted = 0)"
+    if len(failed.system_attrs.get("retry_history", [])) >= max_retry:
+        return "not run again (its retries are used up)"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, failed)
+    return "its config runs again"
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

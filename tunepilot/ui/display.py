@@ -210,7 +210,7 @@ class PlainDisplay(Observer):
     def start(self, study: str, n_trials: int, history: History) -> None:
         self._budget = n_trials
         done = len(history.finished())
-        resumed = f" (resuming: {done} trials done)" if done else ""
+        resumed = f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else ""
         self.console.print(f"{self.prefix}study {study}: up to {n_trials} trials{resumed}",
                            markup=False)
 
