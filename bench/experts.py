@@ -10,6 +10,10 @@ that ranking. They speak HTTP like vLLM or llama.cpp's server, so the agent's re
                of reason;
 - `noisy:P`    an `oracle:1%` right with probability P, a config drawn at random otherwise;
 - `misleading` configs from the worst 20%, said as confidently;
+- `picky:P`    knows the best 1% but says so with probability P: it overrides a candidate
+               with one of them then, and accepts it otherwise; asked to propose (or to open
+               a study), it gives one of them with probability P and a guess (a random
+               config) otherwise: a model that helps `review` more than `hybrid`;
 - `accept`     accepts every candidate, proposes no opening (a random config when asked for
                one);
 - `garbage`    never answers with JSON.
@@ -31,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.llm_server import ScriptedLLMServer
 
-KINDS = ("oracle:Q", "noisy:P", "misleading", "accept", "garbage")
+KINDS = ("oracle:Q", "noisy:P", "picky:P", "misleading", "accept", "garbage")
 
 
 def _fraction(text: str) -> float:
@@ -44,8 +48,8 @@ class Expert:
 
     def __init__(self, kind: str, ranked: Sequence[Mapping[str, Any]], seed: int = 0):
         name, _, arg = kind.partition(":")
-        if name not in ("oracle", "noisy", "misleading", "accept", "garbage") or (
-                name in ("oracle", "noisy") and not arg):
+        if name not in ("oracle", "noisy", "picky", "misleading", "accept", "garbage") or (
+                name in ("oracle", "noisy", "picky") and not arg):
             raise ValueError(f"unknown expert {kind!r}; expected one of {', '.join(KINDS)}")
         self.kind, self.name = kind, name
         self.arg = _fraction(arg) if arg else 0.0
@@ -66,12 +70,18 @@ class Expert:
             key = json.dumps(config, sort_keys=True)
             if key not in self.proposed:
                 break
+        else:  # a small ranking's band is spent: the nearest rank below it not proposed yet
+            for config in map(dict, self.ranked[last:] + self.ranked[:first]):
+                key = json.dumps(config, sort_keys=True)
+                if key not in self.proposed:
+                    break
         self.proposed.add(key)
         return config
 
-    def config(self) -> tuple[dict[str, Any], str]:
-        """Its next config and the reason it gives."""
-        if self.name == "oracle" or (self.name == "noisy" and self.rng.random() < self.arg):
+    def config(self, knows: bool = False) -> tuple[dict[str, Any], str]:
+        """Its next config and the reason it gives (`knows`: a `picky` one that speaks up)."""
+        if self.name == "oracle" or knows or (self.name in ("noisy", "picky")
+                                              and self.rng.random() < self.arg):
             q = self.arg if self.name == "oracle" else 0.01
             return self._pick(0.0, q), (f"Published results on this task put this configuration "
                                         f"among the best {q:.0%}.")
@@ -95,10 +105,11 @@ class Expert:
             k = int((schema["properties"]["configs"]).get("maxItems") or 1)
             picks = [self.config() for _ in range(k)]
             return json.dumps({"configs": [c for c, _ in picks], "rationale": picks[0][1]})
-        if review and self.name == "accept":
+        speaks = review and self.name == "picky" and self.rng.random() < self.arg
+        if review and (self.name == "accept" or (self.name == "picky" and not speaks)):
             return json.dumps({"decision": "accept",
                                "rationale": "The optimizer's candidate is a sound next step."})
-        config, why = self.config()
+        config, why = self.config(knows=speaks)
         body: dict[str, Any] = {"config": config, "rationale": why}
         return json.dumps({"decision": "override", **body} if review else body)
 

@@ -1,9 +1,18 @@
 """What an LLM's knowledge buys, and what a bad model costs: experts of known quality
 (bench/experts.py, served on loopback HTTP) reviewing tunepilot's sampler, side by side with
-Optuna alone, on HPOBench-MLP's published tables (8 data sets, 30,000 configs each).
+Optuna alone, on HPOBench-MLP's published tables (8 data sets, 30,000 configs each), the classic
+tasks and the built-in CTR task of bench/search.py.
 
     python bench/knowledge.py --seeds 20 --results bench/results/knowledge-hpobench-20.jsonl
     python bench/knowledge.py --seeds 2 --tasks hpobench-credit_g     # a few minutes
+    python bench/knowledge.py --tasks classic --seeds 20 --results FILE
+
+A task without a published table gets a pool in its place: 2^k configs drawn once by scrambled
+Sobol points (Optuna's `QMCSampler`, seed 0) over the task's space and evaluated, kept in
+`bench/results/pool-TASK.jsonl` and read back on later runs (built at the first run that needs
+it: seconds for the analytic tasks, minutes for the trained ones). Its ranking is what the
+experts know, and the rank of a search's best is the share of the pool at least as good (0 when
+the search found a config better than every pooled one).
 
 Strategies (every one on the same tasks and seeds, trial 0 the task's default config):
 
@@ -19,6 +28,9 @@ Strategies (every one on the same tasks and seeds, trial 0 the task's default co
 - `hybrid:EXPERT`, `hybrid+open:EXPERT`: `--strategy hybrid` (the expert proposes the first 2
   trials, then the share of trials its record earns), without and with the opening.
 
+EXPERT is one of bench/experts.py's kinds, or `local`: the embedded model (SmolLM2-135M
+in-process through llama.cpp, what `--llm local` runs) in the expert's place.
+
 Measures: the best config's rank in the table after 5/10/20/30 trials, as the share of the
 table's 30,000 configs at least as good (0.01 = the top 1%), mean ± standard error over tasks
 and seeds; the median trials to the target, the table's top 1% (a run that never reaches it
@@ -29,7 +41,9 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -42,17 +56,55 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experts import Expert
-from search import HPOBENCH, Run, Saved, _hpobench_table, get_task, run_one
+from search import CLASSIC, HPOBENCH, Run, Saved, _hpobench_table, get_task, run_one
 
 EXPERTS = ("oracle:1%", "noisy:0.5", "misleading", "accept", "garbage")
 STRATEGIES = ("optuna-tpe", "auto", *(f"review+open:{e}" for e in EXPERTS),
               *(f"review:{e}" for e in EXPERTS), "fixed:oracle:1%", "fixed:misleading")
 BUDGETS = (5, 10, 20, 30)
 TOP = 0.01
+POOLS = Path(__file__).resolve().parent / "results"
+# Configs per pool (powers of 2 for Sobol points): the 1% an oracle knows is 10-80 configs.
+POOL_SIZE = {"branin": 8192, "mixed": 8192, "svm-cancer": 4096, "forest-wine": 2048,
+             "boosting-diabetes": 2048, "mlp-digits": 1024, "ctr-lightning": 1024}
+
+
+def _pool_path(task: str) -> Path:
+    return POOLS / f"pool-{task}.jsonl"
+
+
+def build_pool(task_name: str) -> str:
+    """Evaluate the task's pool of Sobol configs once and keep it (see the module's text)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    task = get_task(task_name)
+    rows: list[dict[str, Any]] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        config = {k: v for k, v in task.space.sample(trial).items() if k in task.space.params}
+        loss = task.fn(config)
+        rows.append({"config": config, "loss": loss})
+        return loss
+
+    start = time.time()
+    study = optuna.create_study(sampler=optuna.samplers.QMCSampler(
+        qmc_type="sobol", scramble=True, seed=0, warn_independent_sampling=False))
+    study.optimize(objective, n_trials=POOL_SIZE[task_name])
+    path = _pool_path(task_name)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+    return f"{task_name}: {len(rows)} configs in {time.time() - start:.0f} s -> {path}"
 
 
 def ranked(task: str) -> tuple[list[dict[str, Any]], list[float]]:
     """The task's configs best first, and their losses in that order."""
+    if not task.startswith("hpobench-"):
+        with _pool_path(task).open() as f:
+            pool = sorted((json.loads(line) for line in f),
+                          key=lambda r: (r["loss"], json.dumps(r["config"], sort_keys=True)))
+        return [r["config"] for r in pool], [r["loss"] for r in pool]
     bench, table = _hpobench_table(task.removeprefix("hpobench-"))
     names = list(bench.search_space)
     rows = sorted(table.items(), key=lambda kv: (kv[1], kv[0]))
@@ -69,13 +121,22 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
     if strategy in ("optuna-tpe", "auto"):
         return run_one(task, strategy, seed, budget)
     mode, _, kind = strategy.partition(":")
+    tuner_kw: dict[str, Any] = {
+        "sampler": "auto", "max_override_share": 0.3 if mode == "fixed" else None,
+        "opening": None if mode.endswith("+open") else 0}
+    how = "hybrid" if mode.startswith("hybrid") else "review"
+    if kind == "local":
+        from tunepilot.agent import local
+        from tunepilot.agent.llm import LLMSettings
+
+        run = run_one(task, how, seed, budget, local.chat_model(LLMSettings("local")),
+                      **tuner_kw)
+        run.strategy = strategy
+        return run
     configs, _ = ranked(task_name)
     with Expert(kind, configs, seed) as expert:
         # The product's default with a key: review over the default sampler rule.
-        run = run_one(task, "hybrid" if mode.startswith("hybrid") else "review", seed, budget,
-                      expert.chat_model(), sampler="auto",
-                      max_override_share=0.3 if mode == "fixed" else None,
-                      opening=None if mode.endswith("+open") else 0)
+        run = run_one(task, how, seed, budget, expert.chat_model(), **tuner_kw)
         requests = expert.requests
     run.strategy, run.model = strategy, f"expert {kind}; requests {requests}"
     return run
@@ -131,7 +192,9 @@ def report(runs: list[Run], tasks: Sequence[str], strategies: Sequence[str], bud
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default=",".join(f"hpobench-{d}" for d in HPOBENCH))
+    parser.add_argument("--tasks", default="hpobench",
+                        help="comma-separated: hpobench-DATASET, a classic task, ctr-lightning, "
+                        "or the groups hpobench and classic [hpobench]")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=30)
@@ -141,7 +204,15 @@ def main() -> None:
     parser.add_argument("--saved-only", action="store_true",
                         help="run nothing: the tables of the runs the --results files hold")
     args = parser.parse_args()
-    tasks, strategies = args.tasks.split(","), args.strategies.split(",")
+    groups = {"classic": CLASSIC, "hpobench": [f"hpobench-{d}" for d in HPOBENCH]}
+    tasks = [n for part in args.tasks.split(",") for n in groups.get(part, [part])]
+    strategies = args.strategies.split(",")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # sklearn and torch on one core a process
+    missing = [t for t in tasks if not t.startswith("hpobench-") and not _pool_path(t).exists()]
+    if missing and not args.saved_only:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for line in pool.map(build_pool, missing):
+                print(f"pool {line}", flush=True)
     saved = Saved(args.results)
     print(f"# knowledge benchmark, {time.strftime('%Y-%m-%d %H:%M')}: tasks {tasks}; seeds "
           f"0..{args.seeds - 1}; {args.budget} trials", flush=True)

@@ -165,9 +165,15 @@ def test_the_knowledge_experts_answer_from_their_part_of_the_ranking():
             return json.loads(r.read())["choices"][0]["message"]["content"]
 
     with experts.Expert("oracle:1%", ranked, seed=0) as oracle:
-        answers = [json.loads(ask(oracle, review)) for _ in range(2)]
-    assert all(a["decision"] == "override" and a["config"]["x"] in (0.0, 1.0) for a in answers)
-    assert answers[0]["config"] != answers[1]["config"]  # never the same config twice
+        answers = [json.loads(ask(oracle, review)) for _ in range(3)]
+    assert all(a["decision"] == "override" for a in answers)
+    assert [a["config"]["x"] for a in answers[:2]] in ([0.0, 1.0], [1.0, 0.0])  # never twice
+    assert answers[2]["config"]["x"] == 2.0  # its 1% spent: the next rank, not a repeat
+    with experts.Expert("picky:0.5", ranked, seed=0) as picky:
+        verdicts = [json.loads(ask(picky, review)) for _ in range(40)]
+    overrides = [v["config"]["x"] for v in verdicts if v["decision"] == "override"]
+    assert 8 <= len(overrides) <= 32 and max(overrides) < len(overrides) + 2  # its best, or none
+    assert {v["decision"] for v in verdicts} == {"accept", "override"}
     with experts.Expert("misleading", ranked, seed=0) as bad:
         assert json.loads(ask(bad, {}))["config"]["x"] >= 160  # the worst 20%, proposing
     with experts.Expert("accept", ranked) as accept, experts.Expert("garbage", ranked) as junk:
