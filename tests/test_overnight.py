@@ -73,9 +73,11 @@ def test_sigterm_fails_the_running_trial_and_exits_143(workdir):
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, out + err
     assert "interrupted (SIGTERM)" in out and "to resume: tune run" in out
-    [trial] = History.from_study(load_study(f"sqlite:///{workdir / 's.db'}", "toy-sleepy"))
+    assert "trial 0 was interrupted: marked failed; its config runs first when" in out
+    trial, again = History.from_study(load_study(f"sqlite:///{workdir / 's.db'}", "toy-sleepy"))
     assert trial.state == "fail"
     assert trial.error == {"kind": "interrupted", "message": "SIGTERM"}
+    assert again.state == "waiting" and again.params == trial.params  # runs first on resume
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal"])

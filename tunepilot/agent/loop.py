@@ -310,9 +310,7 @@ def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock)
         records.interrupted(study, trial.number, signal_name(e), lock)
     else:
         return None
-    again = requeue(study, trial_id)
-    if again == "its config runs again":
-        again = "its config runs first when the search is resumed"
+    again = requeue(study, trial_id, "its config runs first when the search is resumed")
     return f"trial {trial.number} was interrupted: marked failed; {again}"
 
 

@@ -205,10 +205,10 @@ def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
     return said
 
 
-def requeue(study: optuna.Study, trial_id: int) -> str:
+def requeue(study: optuna.Study, trial_id: int, queued: str = "its config runs again") -> str:
     """Queues an interrupted trial's config to run again, as often as `open_storage`'s
     `retry_stale` allows (Optuna's retry record: the copy names the trial it repeats); what
-    was done, in words."""
+    was done, in words (`queued` where it was queued)."""
     import copy
 
     import optuna
@@ -225,7 +225,7 @@ def requeue(study: optuna.Study, trial_id: int) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, failed)
-    return "its config runs again"
+    return queued
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
