@@ -70,8 +70,8 @@ class Expert:
             key = json.dumps(config, sort_keys=True)
             if key not in self.proposed:
                 break
-        else:  # a small ranking's band is spent: the nearest rank below it not proposed yet
-            for config in map(dict, self.ranked[last:] + self.ranked[:first]):
+        else:  # a small ranking's band is spent: the nearest rank outside it not proposed yet
+            for config in map(dict, self.ranked[last:] + self.ranked[:first][::-1]):
                 key = json.dumps(config, sort_keys=True)
                 if key not in self.proposed:
                     break
