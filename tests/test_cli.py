@@ -248,6 +248,7 @@ def test_tune_prompt_of_a_review_study_shows_the_candidate_the_next_trial_draws(
         prompt = run_tune("prompt", "--storage", "sqlite:///s.db", cwd=workdir, env=env)
         assert prompt.returncode == 0, prompt.stderr
         text = prompt.stdout
+        assert "A new study created" not in text + prompt.stderr  # the copy is ours, not news
         trials = optuna.load_study(study_name="toy-quadratic", storage=storage).trials
         assert [t.params for t in trials] == before  # only read
         assert "## The optimizer's candidate for trial #4" in text

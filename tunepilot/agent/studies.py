@@ -260,12 +260,14 @@ def next_candidate(study: optuna.Study, cfg: TuneConfig, space: SearchSpace) -> 
     read."""
     from optuna.storages import InMemoryStorage
 
+    from tunepilot.agent.opening import quiet_optuna
     from tunepilot.agent.sampler_state import describe_sampler, sampler_name
     from tunepilot.agent.samplers import per_trial_sampler
 
     memory = InMemoryStorage()
-    optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
-                      to_storage=memory)
+    with quiet_optuna():  # no "A new study created in memory" before the prompt
+        optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
+                          to_storage=memory)
     number = len(study.get_trials(deepcopy=False))
     sampler = per_trial_sampler(cfg.sampler, study.study_name, cfg.seed, space)(number)
     copy = optuna.load_study(study_name=study.study_name, storage=memory, sampler=sampler)
