@@ -99,6 +99,28 @@ def test_prompt_carries_history_notes_hints_and_running_trials(storage):
     assert "Trial #3 (4 of a budget of 10)" in prompt
 
 
+def test_the_prompt_shows_each_trial_once():
+    import optuna
+
+    study = optuna.create_study()
+
+    def objective(trial):
+        x = trial.suggest_float("x", -10, 10)
+        trial.suggest_categorical("opt", ["adam", "sgd"])
+        if trial.number == 6:
+            raise RuntimeError("CUDA out of memory")
+        return (x - 2) ** 2
+
+    study.optimize(objective, n_trials=8, catch=(RuntimeError,))
+    prompt = suggester(FakeListChatModel(responses=["{}"]), structured=False).prompt(
+        SPACE, History.from_study(study))
+    assert "Failures:" in prompt and "Most recent:" in prompt
+    lines = [line for line in prompt.splitlines() if line.startswith("- #")]
+    numbers = [line.split()[1] for line in lines]
+    assert sorted(numbers) == sorted(set(numbers)), lines
+    assert "#6" in numbers
+
+
 def test_prompt_size_is_bounded_however_long_the_history(storage):
     import optuna
 

@@ -1,7 +1,8 @@
 """History compaction for prompts: a bounded summary however many trials a study holds.
 
-The prompt shows the best k trials, the most recent k, recent failures with their cause,
-and every running trial (capped), each as one line with a learning-curve summary. Its size
+The prompt shows the best k trials, recent failures with their cause, the most recent k of
+the others, and every running trial (capped), each as one line with a learning-curve summary;
+a trial is shown once. Its size
 depends on k, not on the number of trials (bench/agent.py measures it).
 """
 
@@ -36,7 +37,8 @@ def compact(history: History, params: Sequence[str], *, best_k: int = BEST_K,
             recent_k: int = RECENT_K, failures_k: int = FAILURES_K,
             running_k: int = RUNNING_K) -> Compact:
     best = history.best(best_k)
-    shown = {t.number for t in best}
+    failures = history.failures()[-failures_k:]
+    shown = {t.number for t in (*best, *failures)}
     finished = history.finished()
     recent = [t for t in finished[-(recent_k + len(shown)):] if t.number not in shown][-recent_k:]
     return Compact(
@@ -45,7 +47,7 @@ def compact(history: History, params: Sequence[str], *, best_k: int = BEST_K,
         n_running=len(history.running()),
         best=[trial_line(t, params) for t in best],
         recent=[trial_line(t, params) for t in recent],
-        failures=[trial_line(t, params) for t in history.failures()[-failures_k:]],
+        failures=[trial_line(t, params) for t in failures],
         running=[f"#{t.number} {format_params(t.params, params)}"
                  for t in history.running()[-running_k:] if t.params],
     )
