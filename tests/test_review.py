@@ -305,8 +305,44 @@ def test_the_candidate_line_names_the_values_tpe_explores_outside_its_good_group
     tpe = optuna.samplers.TPESampler(seed=0)
     dists = SPACE.distributions()
     far = describe_sampler(tpe, study, SPACE, dists, {"x": 9.0, "opt": "adam"})
-    assert far[0].startswith("TPE draws near its 'good' group, the best 2 of 12")
+    assert far[0].startswith("TPE draws near its 'good' group, the best 2 of its 12 finished "
+                             "trials")
     assert far[1] == ("the candidate's x=9 lie outside that span: TPE exploring, as it does on "
                       "purpose now and then")
     near = describe_sampler(tpe, study, SPACE, dists, {"x": 1.7, "opt": "adam"})
     assert len(near) == 1, near
+
+
+def test_tpe_s_start_up_and_good_group_are_counted_over_pruned_trials_as_optuna_counts():
+    """Optuna's TPE leaves its random start-up after 10 finished trials, pruned ones included,
+    and sizes its good group by them: a study of 6 complete and 8 pruned trials is modelled,
+    and the prompt must not call its candidate a random draw."""
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    from tunepilot.agent.sampler_state import describe_sampler
+
+    study = optuna.create_study()
+    dists = SPACE.distributions()
+    for i in range(14):
+        params = {"x": -6.5 + i, "opt": "adam"}
+        if i % 7 < 3:  # 6 complete
+            study.add_trial(create_trial(params=params, distributions=dists,
+                                         value=(params["x"] - 2) ** 2))
+        else:
+            study.add_trial(create_trial(params=params, distributions=dists,
+                                         state=TrialState.PRUNED, intermediate_values={1: 50.0}))
+    tpe = optuna.samplers.TPESampler(seed=0)
+    lines = describe_sampler(tpe, study, SPACE, dists, {"x": 0.0, "opt": "adam"})
+    assert lines[0].startswith("TPE draws near its 'good' group, the best 2 of its 14 "
+                               "finished trials (6 complete, 8 pruned), which spans: x "), lines
+    young = optuna.create_study()
+    for t in study.trials[:7]:  # 3 complete, 4 pruned
+        young.add_trial(t)
+    assert describe_sampler(tpe, young, SPACE, dists) == [
+        "TPE samples at random until 10 trials are finished (7 are: 3 complete, 4 pruned): "
+        "this candidate is a random draw"]
+    # Optuna agrees: past its start-up the candidate is not the random sampler's draw.
+    trial = study.ask()
+    assert tpe.sample_relative(study, study._storage.get_trial(trial._trial_id),
+                               {"x": dists["x"]}) != {}

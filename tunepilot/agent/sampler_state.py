@@ -36,15 +36,25 @@ def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     n = len(complete)
     if isinstance(sampler, TPESampler):
+        # Counted as Optuna's TPE counts: its start-up and its good group's size are over the
+        # complete and the pruned trials; the good group is the best complete ones first.
+        pruned = len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
+        finished = n + pruned
+        split = f"{n} complete, {pruned} pruned" if pruned else ""
         startup = getattr(sampler, "_n_startup_trials", 10)
-        if n < startup:
-            return [f"TPE samples at random until {startup} trials are complete "
-                           f"({n} are): this candidate is a random draw"]
+        if finished < startup:
+            return [f"TPE samples at random until {startup} trials are finished ({finished} "
+                    f"are{': ' + split if split else ''}): this candidate is a random draw"]
+        if not complete:
+            return [f"TPE models its {finished} finished trials, all pruned: no complete "
+                    "trial to show"]
         from optuna.samplers._tpe.sampler import default_gamma
 
-        good = sorted(complete, key=lambda t: float(t.value or 0.0))[:default_gamma(n)]
-        lines = [f"TPE draws near its 'good' group, the best {len(good)} of {n} "
-                 "complete trials, which spans: " + _spans(good, space)]
+        gamma = getattr(sampler, "_gamma", None) or default_gamma
+        good = sorted(complete, key=lambda t: float(t.value or 0.0))[:gamma(finished)]
+        lines = [f"TPE draws near its 'good' group, the best {len(good)} of its {finished} "
+                 f"finished trials{f' ({split})' if split else ''}, which spans: "
+                 + _spans(good, space)]
         outside = _outside(candidate or {}, good, space)
         if outside:
             lines.append(f"the candidate's {outside} lie outside that span: TPE exploring, "
