@@ -121,6 +121,18 @@ def test_the_prompt_shows_each_trial_once():
     assert "#6" in numbers
 
 
+def test_a_pruned_trials_curve_ends_where_it_was_pruned_not_at_its_last_epoch():
+    from tunepilot.memory import TrialRecord
+    from tunepilot.memory.text import trial_line
+
+    falling = (0.52, 0.49)
+    pruned = trial_line(TrialRecord(9, "pruned", {"x": 1.0}, None, curve=falling))
+    assert pruned.endswith("-> pruned after epoch 2 at 0.4900 (curve 0.520 0.490: still "
+                           "falling when pruned)"), pruned
+    complete = trial_line(TrialRecord(8, "complete", {"x": 1.0}, 0.49, curve=falling))
+    assert complete.endswith("(curve 0.520 0.490: still falling at the last epoch)"), complete
+
+
 def test_prompt_size_is_bounded_however_long_the_history(storage):
     import optuna
 

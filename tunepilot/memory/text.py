@@ -48,14 +48,15 @@ def outcome(t: TrialRecord) -> str:
 
 def trial_line(t: TrialRecord, names: Sequence[str] | None = None) -> str:
     """One trial in one line: number, proposer, config, outcome, curve shape."""
-    shape = curve_shape(t.curve)
+    shape = curve_shape(t.curve, pruned=t.state == "pruned")
     proposer = f" [{t.proposer}]" if t.proposer else ""
     return (f"#{t.number}{proposer} {format_params(t.params, names)} {outcome(t)}"
             f"{f' ({shape})' if shape else ''}")
 
 
-def curve_shape(curve: Sequence[float]) -> str:
-    """'still falling at the last epoch', 'best at epoch 2 of 4, then rising', 'diverged'..."""
+def curve_shape(curve: Sequence[float], pruned: bool = False) -> str:
+    """'still falling at the last epoch', 'best at epoch 2 of 4, then rising', 'diverged'...;
+    a `pruned` trial's curve ends where the pruner stopped it, not at its last epoch."""
     if not curve:
         return ""
     if any(not math.isfinite(v) for v in curve):
@@ -69,5 +70,5 @@ def curve_shape(curve: Sequence[float]) -> str:
     if spread < 1e-3:
         return f"curve {values}: flat"
     if best == len(curve) - 1:
-        return f"curve {values}: still falling at the last epoch"
+        return f"curve {values}: still falling {'when pruned' if pruned else 'at the last epoch'}"
     return f"curve {values}: best at epoch {best + 1} of {len(curve)}, then rising"
