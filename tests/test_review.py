@@ -346,3 +346,32 @@ def test_tpe_s_start_up_and_good_group_are_counted_over_pruned_trials_as_optuna_
     trial = study.ask()
     assert tpe.sample_relative(study, study._storage.get_trial(trial._trial_id),
                                {"x": dists["x"]}) != {}
+
+
+def test_the_review_prompt_gives_the_best_trials_span_once():
+    """With a TPE candidate the prompt gives TPE's good group (the span its candidate is read
+    against), not also the insights' span of the best 20%; a proposal prompt keeps the latter."""
+    import optuna
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.agent.sampler_state import describe_sampler
+    from tunepilot.agent.suggest import Candidate
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2
+                   + (t.suggest_categorical("opt", ["adam", "sgd"]) == "sgd"), n_trials=14)
+    history = History.from_study(study)
+    llm = LLMSuggester(FakeListChatModel(responses=["{}"]), model_name="m", task="toy",
+                       n_trials=20)
+    tpe = optuna.samplers.TPESampler(seed=0)
+    config = {"x": 1.0, "opt": "adam"}
+    candidate = Candidate(config, "TPE", lambda: describe_sampler(
+        tpe, study, SPACE, SPACE.distributions(), config))
+    reviewing = llm.prompt(SPACE, history, candidate=candidate, overrides_left=3)
+    assert "TPE draws near its 'good' group, the best 2 of its 14" in reviewing
+    assert "(top 20%) span" not in reviewing
+    assert "Best 3 trials (top 20%) span: x " in llm.prompt(SPACE, history)
+    young = Candidate(config, "TPE", lambda: ["TPE samples at random until 10 trials are "
+                                               "finished (4 are): this candidate is a random draw"])
+    assert "(top 20%) span" in llm.prompt(SPACE, history, candidate=young, overrides_left=3)

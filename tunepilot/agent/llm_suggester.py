@@ -26,6 +26,7 @@ import tenacity
 from tunepilot.agent.answers import answer_schema, parse_answer
 from tunepilot.agent.health import Health
 from tunepilot.agent.llm import cost_usd
+from tunepilot.agent.sampler_state import GOOD_GROUP
 from tunepilot.agent.suggest import Candidate, Suggestion, SuggestionFailed
 from tunepilot.agent.transport import describe_error as _describe
 from tunepilot.agent.transport import is_transient, wait_for
@@ -247,7 +248,10 @@ class LLMSuggester:
             notes=history.notes,
             hints=list(history.hints),
             feedback=feedback,
-            insights=found.lines(),
+            # Each fact once: TPE's good group, shown with its candidate, is the best trials'
+            # span as the sampler reads it.
+            insights=found.lines(ranges=candidate is None or not any(
+                line.startswith(GOOD_GROUP) for line in candidate.state)),
             opening=opening,
             queued=[format_params(c, params) for c in queued],
             candidate=None if candidate is None else {

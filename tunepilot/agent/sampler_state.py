@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
 
+GOOD_GROUP = "TPE draws near its 'good' group"  # starts the line that gives its span
+
+
 def sampler_name(sampler: Any) -> str:
     from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
 
@@ -52,7 +55,7 @@ def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
 
         gamma = getattr(sampler, "_gamma", None) or default_gamma
         good = sorted(complete, key=lambda t: float(t.value or 0.0))[:gamma(finished)]
-        lines = [f"TPE draws near its 'good' group, the best {len(good)} of its {finished} "
+        lines = [f"{GOOD_GROUP}, the best {len(good)} of its {finished} "
                  f"finished trials{f' ({split})' if split else ''}, which spans: "
                  + _spans(good, space)]
         outside = _outside(candidate or {}, good, space)

@@ -45,14 +45,15 @@ class Insights:
     n_top: int = 0  # how many trials "the best 20%" are
     alerts: tuple[str, ...] = ()
 
-    def lines(self) -> list[str]:
-        """The insights as a few lines of text (the prompt, `tune show`)."""
+    def lines(self, ranges: bool = True) -> list[str]:
+        """The insights as a few lines of text (the prompt, `tune show`); without the best
+        trials' span where the prompt gives the sampler's own (TPE's good group)."""
         out = []
         if self.importance:
             ranked = sorted(self.importance.items(), key=lambda kv: -kv[1])
             out.append(f"Importance (Optuna PED-ANOVA, from {self.n_complete} complete trials): "
                        + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
-        if self.ranges:
+        if ranges and self.ranges:
             out.append(f"Best {self.n_top} trials (top 20%) span: "
                        + "; ".join(f"{k} {v}" for k, v in self.ranges.items()))
         out += [f"Alert: {a}" for a in self.alerts]
