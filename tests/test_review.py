@@ -183,7 +183,11 @@ def test_a_trials_line_reads_small_losses_its_own_time_and_whole_words():
                     train=TrainInfo(wall_time_s=0.4), llm=LLMCall(model="m", latency_s=25.0,
                                                                  rationale=why))
     other = TrialRecord(4, "complete", {"x": 2.0}, 2.5e-5, proposer="optuna", duration_s=0.3)
-    history = History(trials=(t, other))
+    stopped = TrialRecord(5, "complete", {"x": 3.0}, 3e-5, curve=(3e-5, 4e-5), proposer="optuna",
+                          train=TrainInfo(wall_time_s=0.2,
+                                          stopped_early={"epoch": 2, "best_epoch": 1}))
+    pruned = TrialRecord(6, "pruned", {"x": 4.0}, None, curve=(0.5, 0.4), proposer="optuna")
+    history = History(trials=(t, other, stopped, pruned))
     line = trial_line(t, history)
     assert "1.234e-05" in line and "best 1.234e-05 (#3)" in line and "0.0000" not in line
     assert "  0.4s +25.0s LLM" in line and "25.4" not in line
@@ -192,6 +196,9 @@ def test_a_trials_line_reads_small_losses_its_own_time_and_whole_words():
     console.print(trials_table(history, "s"))
     shown = console.export_text()
     assert "Lower the learning rate by a factor of three because the ..." in shown
+    # tune show says what the trial's line said: where it stopped, and where it was pruned.
+    assert "stopped at epoch 2, best epoch 1" in trial_line(stopped, history)
+    assert "stopped at epoch 2, best epoch 1" in shown and "pruned@2" in shown, shown
 
 
 # --- what the whole history says -------------------------------------------------------------

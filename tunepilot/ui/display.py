@@ -34,11 +34,8 @@ def trial_line(record: TrialRecord, history: History) -> str:
     state = record.state
     if record.state == "pruned":
         state = f"pruned@{len(record.curve)}"
-    tail = ""
-    if record.train is not None and record.train.stopped_early:
-        stop = record.train.stopped_early
-        tail = (f"  stopped at epoch {stop['epoch']}: the target reached" if stop.get("target")
-                else f"  stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}")
+    stopped = stopped_early(record)
+    tail = f"  {stopped}" if stopped else ""
     if record.error:
         tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
     duration = seconds(record)
@@ -50,6 +47,15 @@ def trial_line(record: TrialRecord, history: History) -> str:
         who = f"{who}: over the LLM's time share"
     return (f"trial {record.number:>3} {mark} {state:<10} {value:>8}   {best_txt:<18} "
             f"[{who}] {duration}  {format_params(record.params, digits=3)}{tail}")
+
+
+def stopped_early(record: TrialRecord) -> str | None:
+    """'stopped at epoch 2, best epoch 1' for a trial its epoch patience or the target ended."""
+    stop = record.train.stopped_early if record.train is not None else None
+    if not stop:
+        return None
+    return (f"stopped at epoch {stop['epoch']}: the target reached" if stop.get("target")
+            else f"stopped at epoch {stop['epoch']}, best epoch {stop['best_epoch']}")
 
 
 def short_cause(reason: str | None) -> str:
@@ -176,9 +182,11 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
         table.add_column(col, overflow="fold")
     for t in rows[:limit]:
         value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
-        cells = (str(t.number), t.state, loss(value) if value is not None else "-",
+        state = f"pruned@{len(t.curve)}" if t.state == "pruned" and t.curve else t.state
+        note = "; ".join(n for n in (t.why, stopped_early(t)) if n)
+        cells = (str(t.number), state, loss(value) if value is not None else "-",
                  t.proposer or "?", seconds(t).strip() or "-",
-                 format_params(t.params, digits=3), shorten(t.why, 60, placeholder=" ..."))
+                 format_params(t.params, digits=3), shorten(note, 60, placeholder=" ..."))
         table.add_row(*(Text(c) for c in cells))
     return table
 
