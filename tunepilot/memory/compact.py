@@ -1,9 +1,8 @@
 """History compaction for prompts: a bounded summary however many trials a study holds.
 
 The prompt shows the best k trials, recent failures with their cause, the most recent k of
-the others, and every running trial (capped), each as one line with a learning-curve summary;
-a trial is shown once. Its size
-depends on k, not on the number of trials (bench/agent.py measures it).
+the others, and every running trial (capped), each once, as one line with a learning-curve
+summary. Its size depends on k, not on the number of trials (bench/agent.py measures it).
 """
 
 from __future__ import annotations

@@ -31,9 +31,7 @@ def trial_line(record: TrialRecord, history: History) -> str:
     value = loss(record.value) if record.value is not None else (
         loss(record.curve[-1]) if record.curve else "-")
     mark = "*" if best is not None and best.number == record.number else " "
-    state = record.state
-    if record.state == "pruned":
-        state = f"pruned@{len(record.curve)}"
+    state = state_label(record)
     stopped = stopped_early(record)
     tail = f"  {stopped}" if stopped else ""
     if record.error:
@@ -47,6 +45,11 @@ def trial_line(record: TrialRecord, history: History) -> str:
         who = f"{who}: over the LLM's time share"
     return (f"trial {record.number:>3} {mark} {state:<10} {value:>8}   {best_txt:<18} "
             f"[{who}] {duration}  {format_params(record.params, digits=3)}{tail}")
+
+
+def state_label(record: TrialRecord) -> str:
+    """The trial's state; a pruned one's with the epoch it was pruned after (`pruned@2`)."""
+    return f"pruned@{len(record.curve)}" if record.state == "pruned" else record.state
 
 
 def stopped_early(record: TrialRecord) -> str | None:
@@ -182,9 +185,8 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
         table.add_column(col, overflow="fold")
     for t in rows[:limit]:
         value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
-        state = f"pruned@{len(t.curve)}" if t.state == "pruned" and t.curve else t.state
         note = "; ".join(n for n in (t.why, stopped_early(t)) if n)
-        cells = (str(t.number), state, loss(value) if value is not None else "-",
+        cells = (str(t.number), state_label(t), loss(value) if value is not None else "-",
                  t.proposer or "?", seconds(t).strip() or "-",
                  format_params(t.params, digits=3), shorten(note, 60, placeholder=" ..."))
         table.add_row(*(Text(c) for c in cells))
