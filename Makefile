@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast install clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# While working: the suite without the tests marked slow (real training, subprocesses).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) tunepilot.db

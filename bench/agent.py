@@ -27,11 +27,11 @@ import optuna
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from tunepilot import Categorical, Float, SearchSpace
-from tunepilot.agent.llm_suggester import LLMSuggester
-from tunepilot.agent.samplers import optuna_sampler
-from tunepilot.agent.suggest import AgentSampler
 from tunepilot.memory import History, open_study
 from tunepilot.memory.insights import _IMPORTANCE, insights
+from tunepilot.proposers.llm_suggester import LLMSuggester
+from tunepilot.proposers.samplers import optuna_sampler
+from tunepilot.proposers.suggest import AgentSampler
 
 SPACE = SearchSpace.of(lr=Float(1e-5, 1e-1, log=True),
                        batch_size=Categorical([256, 512, 1024, 2048, 4096]),

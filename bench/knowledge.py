@@ -56,7 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experts import Expert
-from search import CLASSIC, HPOBENCH, Run, Saved, _hpobench_table, get_task, run_one
+from scores import Run, Saved
+from search import run_one
+from tasks import CLASSIC, HPOBENCH, _hpobench_table, get_task
 
 EXPERTS = ("oracle:1%", "noisy:0.5", "misleading", "accept", "garbage")
 STRATEGIES = ("optuna-tpe", "auto", *(f"review+open:{e}" for e in EXPERTS),
@@ -126,8 +128,8 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
         "opening": None if mode.endswith("+open") else 0}
     how = "hybrid" if mode.startswith("hybrid") else "review"
     if kind == "local":
-        from tunepilot.agent import local
-        from tunepilot.agent.llm import LLMSettings
+        from tunepilot.llm import local
+        from tunepilot.llm.models import LLMSettings
 
         run = run_one(task, how, seed, budget, local.chat_model(LLMSettings("local")),
                       **tuner_kw)

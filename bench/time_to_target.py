@@ -47,10 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import optuna
 
 from tunepilot import SearchSpace, trainers
-from tunepilot.agent import samplers, studies
+from tunepilot.agent import studies
 from tunepilot.agent.build import from_config
 from tunepilot.config import TuneConfig
 from tunepilot.memory import History
+from tunepilot.proposers import samplers
 from tunepilot.trainers.data.ctr import Split
 
 VARIANTS = ("optuna", "before", "default")

@@ -1,10 +1,11 @@
 """One conformance suite per protocol, parametrised over every backend.
 
 Trainer: every built-in trainer (a Python callable, the same in its own process, the CTR model
-on Lightning and on JAX, a user's LightningModule, a user's Flax NNX model) honours the same
-contract. Suggester: every suggester tunepilot ships (the LLM suggester on a scripted chat
-model, hybrid turns, a failing model) answers in the space, never repeats, and fails only by
-`SuggestionFailed`, which the sampler turns into a recorded fallback.
+on Lightning and on JAX, a backend added through the registry, a user's LightningModule, a
+user's Flax NNX model) honours the same contract. Suggester: every suggester tunepilot ships
+(the LLM suggester on a scripted chat model, hybrid turns, a failing model) answers in the
+space, never repeats, and fails only by `SuggestionFailed`, which the sampler turns into a
+recorded fallback.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from tests.conftest import quadratic
 from tunepilot import (
     Categorical,
+    ConfigError,
     Diverged,
     Float,
     SearchSpace,
@@ -29,10 +31,10 @@ from tunepilot import (
     Tuner,
     trainers,
 )
-from tunepilot.agent.llm_suggester import LLMSuggester
-from tunepilot.agent.review import Reviewer
-from tunepilot.agent.suggest import alternate
 from tunepilot.memory import History
+from tunepilot.proposers.llm_suggester import LLMSuggester
+from tunepilot.proposers.review import Reviewer, earned_turns
+from tunepilot.trainers import builtin
 from tunepilot.trainers.base import TrainResult, check_finite
 
 # --- the Trainer protocol --------------------------------------------------------------------
@@ -79,6 +81,52 @@ def _user_flax():
     return trainers.flax(make, mse, ({"x": x[:200], "y": y[:200]}, {"x": x[200:], "y": y[200:]}))
 
 
+def numpy_ctr(data):
+    """A built-in backend written for the registry's test: logistic regression on the CTR
+    task's dense features, minibatch gradient descent in NumPy (it trains for real)."""
+    import time
+
+    from tunepilot.trainers.ctr_config import EXPLODED
+    from tunepilot.trainers.data.ctr import log_loss
+
+    def train(config, report):
+        rng = np.random.default_rng(config.get("seed", 0))
+        x, y = data.train.dense.astype(np.float64), data.train.y
+        w, b, curve, start = np.zeros(x.shape[1]), 0.0, [], time.perf_counter()
+        for epoch in range(1, config.get("epochs", 3) + 1):
+            for idx in np.array_split(rng.permutation(len(y)), max(1, len(y) // config[
+                    "batch_size"])):
+                with np.errstate(over="ignore", invalid="ignore"):
+                    g = 1.0 / (1.0 + np.exp(-(x[idx] @ w + b))) - y[idx]
+                w, b = w - config["lr"] * x[idx].T @ g / len(idx), b - config["lr"] * g.mean()
+            with np.errstate(over="ignore", invalid="ignore"):
+                p = 1.0 / (1.0 + np.exp(-(data.val.dense @ w + b)))
+            loss = log_loss(data.val.y, p) if np.isfinite(p).all() else float("nan")
+            if loss > EXPLODED * data.base_logloss:  # the built-ins' rule: it blew up
+                raise Diverged(epoch, loss, "")
+            report(epoch, loss)
+            curve.append(loss)
+        return TrainResult(min(curve), tuple(curve), time.perf_counter() - start)
+
+    return train
+
+
+NUMPY = builtin.BuiltinTrainer("numpy", numpy_ctr, "NumPy", on_gpu=lambda: False,
+                               precisions=lambda: ["32-true"])
+
+
+@pytest.fixture
+def numpy_builtin(monkeypatch):
+    """The NumPy backend, registered as docs/development.md says (one registry entry)."""
+    monkeypatch.setitem(builtin.BUILTIN, "numpy", NUMPY)
+
+
+def _numpy_ctr():
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(builtin.BUILTIN, "numpy", NUMPY)
+        return _ctr("numpy")
+
+
 def _isolated():
     from tunepilot.runtime.isolate import Isolated
 
@@ -93,6 +141,8 @@ TRAINERS = {
                       {"lr": 50.0, "batch_size": 256, "epochs": 2}),
     "jax-ctr": (lambda: _ctr("jax"), {"lr": 3e-3, "batch_size": 512, "epochs": 2},
                 {"lr": 50.0, "batch_size": 256, "epochs": 2}),
+    "numpy-ctr": (_numpy_ctr, {"lr": 0.5, "batch_size": 256, "epochs": 2},
+                  {"lr": 1e6, "batch_size": 256, "epochs": 2}),
     "lightning-user": (_user_lightning, {"lr": 0.05, "epochs": 2}, {"lr": 1e6, "epochs": 3}),
     "flax-user": (_user_flax, {"lr": 0.01, "epochs": 2, "batch_size": 50},
                   {"lr": 1e25, "epochs": 3, "batch_size": 50}),
@@ -158,6 +208,30 @@ def _isolated_exploding():
     return Isolated(functools.partial(trainers.from_spec, "tests.test_conformance:exploding"))
 
 
+def test_a_built_in_trainer_registered_in_one_place_runs_as_any_other(numpy_builtin, tmp_path):
+    """docs/development.md, "Adding a built-in trainer": one registry entry gives a backend the
+    task's data, default space, checks, study name and task text, through `tune run`'s path."""
+    from tunepilot.agent import studies
+    from tunepilot.agent.build import from_config
+    from tunepilot.config import load_config
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    cfg = load_config(trainer="numpy", data="synthetic:2000", epochs=2, n_trials=3, llm="none",
+                      storage=storage)
+    tuner, notes = from_config(cfg, display=None)
+    assert cfg.study_name() == "numpy-synthetic-2000"
+    assert set(tuner.space.params) == {"lr", "batch_size", "dropout"}
+    assert tuner.space.fixed["precision"] == "32-true"  # its device's one precision
+    assert notes[0].startswith("data: synthetic CTR")
+    result = tuner.run(n_trials=3)
+    assert result.n_finished == 3 and result.best_value is not None
+    assert "with NumPy on synthetic:2000" in studies.next_prompt(storage, cfg.study_name())
+    with pytest.raises(ConfigError, match="does not understand"):
+        from_config(load_config(trainer="numpy", data="synthetic:2000", llm="none",
+                                storage=storage, study="other",
+                                space={"momentum": {"type": "float", "low": 0, "high": 1}}))
+
+
 # --- the Suggester protocol ------------------------------------------------------------------
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
@@ -188,7 +262,7 @@ def _reviews(n):
 SUGGESTERS = {
     "llm": lambda: _llm(_answers(20)),
     "review": lambda: Reviewer(_llm(_reviews(20)), max_override_share=0.5),
-    "hybrid": lambda: alternate(_llm(_answers(20)), startup=2, every=2),
+    "hybrid": lambda: earned_turns(_llm(_answers(20)), startup=2, share=0.5),
     "function": lambda: _function_suggester,
     # Repeats its first answer: the second trial's answers are refused as repeats.
     "llm-repeating": lambda: _llm([_answers(1)[0]] * 20),

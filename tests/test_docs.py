@@ -1,6 +1,6 @@
 """The README and docs/ as a new user reads them: their links lead somewhere, and their first
 commands and examples run as written (the longer examples are run by the tests of their parts:
-test_engine, test_trackers, test_workers, test_notebook)."""
+test_default_search, test_trackers, test_workers, test_notebook)."""
 
 from __future__ import annotations
 
@@ -94,3 +94,27 @@ def test_the_worker_commands_of_the_readme_and_of_docs_are_the_same():
     docs = (ROOT / "docs" / "overnight.md").read_text()
     block = block_after(README, "### Several workers, one study", "bash")
     assert block in docs and len(readme_worker_commands()) == 2
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_cited_benchmark_section_exists():
+    """Code, docs and the README cite measured figures as `bench/README.md#section`, never
+    copying the figure: every such anchor is a heading of bench/README.md."""
+    bench = (ROOT / "bench" / "README.md").read_text()
+    anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", bench, re.M)}
+    sources = [*(ROOT / "tunepilot").rglob("*.py"), ROOT / "README.md", *DOCS,
+               *(ROOT / "bench").glob("*.py")]
+    cited = {(p.relative_to(ROOT).as_posix(), a) for p in sources
+             for a in re.findall(r"bench/README\.md#([\w-]+)", p.read_text())}
+    assert cited, "nothing cites bench/README.md by anchor: the pattern is stale"
+    missing = sorted((path, a) for path, a in cited if a not in anchors)
+    assert missing == [], f"cited sections that bench/README.md lacks: {missing}"
+    # The old form, `bench/README.md, "Section"`, cannot be checked: none is left.
+    old = [p.relative_to(ROOT).as_posix() for p in sources
+           if re.search(r'bench/README\.md[,:]\s*"?[A-Z]', p.read_text())]
+    assert old == []

@@ -15,8 +15,8 @@ from tests.conftest import quadratic, run_tune
 from tests.llm_server import ScriptedLLMServer
 from tunepilot import Categorical, Float, SearchSpace, Tuner, load_config, trainers
 from tunepilot.agent.build import from_config
-from tunepilot.agent.llm_suggester import LLMSuggester, answer_schema
 from tunepilot.memory import History, attrs, load_study
+from tunepilot.proposers.llm_suggester import LLMSuggester, answer_schema
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
 
@@ -331,8 +331,8 @@ def test_llm_token_budget_stops_the_search(storage):
 
 
 def test_the_prompt_names_the_users_metric_and_gives_curve_rules_only_with_curves():
-    from tunepilot.agent.llm_suggester import has_curves
     from tunepilot.memory import History, TrialRecord
+    from tunepilot.proposers.llm_suggester import has_curves
 
     assert load_config(metric="1 - validation accuracy").metric == "1 - validation accuracy"
     llm = LLMSuggester(None, model_name="-", task="t", n_trials=5,  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def model_path():
-    from tunepilot.agent import local
+    from tunepilot.llm import local
 
     if not local.available():
         if os.environ.get("CI"):
@@ -132,9 +132,9 @@ def test_the_embedded_model_named_or_a_gguf_of_ones_own_is_asked_under_auto(mode
     the user's under `--llm auto` (--llm-model-path; here the same file stands in for a bigger
     model) is not the demo model: the full prompt with notes, the usual answer length, and the
     time share that caps what `auto` chose."""
-    from tunepilot.agent.llm import LLMSettings
-    from tunepilot.agent.review import LLM_TIME_SHARE, Reviewer
-    from tunepilot.agent.strategies import agent
+    from tunepilot.llm.models import LLMSettings
+    from tunepilot.proposers.review import LLM_TIME_SHARE, Reviewer
+    from tunepilot.proposers.strategies import agent
 
     named, llm, line = agent("local", task="t")
     assert isinstance(named, Reviewer) and llm.notes is False and llm.model.max_tokens == 160
@@ -148,8 +148,8 @@ def test_the_embedded_model_named_or_a_gguf_of_ones_own_is_asked_under_auto(mode
 def test_the_embedded_models_first_turn_is_priced_before_it_is_measured(model_path):
     """With a share set, a first turn of the embedded model counts as 8 s (measured here): on
     trials of a few seconds the sampler takes its turns (test_review tests the rule itself)."""
-    from tunepilot.agent.review import EMBEDDED_FIRST_TURN_S, Reviewer
-    from tunepilot.agent.strategies import agent
+    from tunepilot.proposers.review import EMBEDDED_FIRST_TURN_S, Reviewer
+    from tunepilot.proposers.strategies import agent
 
     reviewer, llm, line = agent("local", task="t", llm_time_share=0.05)
     assert isinstance(reviewer, Reviewer) and reviewer.llm_time_share == 0.05

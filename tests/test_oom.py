@@ -9,8 +9,8 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from tunepilot import Float, SearchSpace, Tuner, trainers
-from tunepilot.agent.llm_suggester import LLMSuggester
 from tunepilot.memory import History
+from tunepilot.proposers.llm_suggester import LLMSuggester
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0))
 

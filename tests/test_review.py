@@ -15,10 +15,10 @@ from langchain_openai import ChatOpenAI
 from tests.conftest import quadratic
 from tests.llm_server import ScriptedLLMServer
 from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
-from tunepilot.agent.review import Reviewer
 from tunepilot.memory import History, TrialRecord, readable
 from tunepilot.memory.history import LLMCall, Review
 from tunepilot.memory.insights import insights
+from tunepilot.proposers.review import Reviewer
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
 
@@ -110,7 +110,7 @@ def test_a_first_turn_expected_to_cost_more_than_the_share_is_not_taken():
     can carry it, the model is asked."""
     import time
 
-    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.proposers.llm_suggester import LLMSuggester
     from tunepilot.ui.display import summary_lines
 
     def slow(config, report):
@@ -302,7 +302,7 @@ def test_the_report_says_why_importance_is_missing_and_prints_the_best_config_re
 def test_the_candidate_line_names_the_values_tpe_explores_outside_its_good_group():
     import optuna
 
-    from tunepilot.agent.sampler_state import describe_sampler
+    from tunepilot.proposers.samplers import describe as describe_sampler
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for i in range(12):  # x from -5.5 to 5.5; the good group (the best 2) sits near x = 2
@@ -327,7 +327,7 @@ def test_tpe_s_start_up_and_good_group_are_counted_over_pruned_trials_as_optuna_
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from tunepilot.agent.sampler_state import describe_sampler
+    from tunepilot.proposers.samplers import describe as describe_sampler
 
     study = optuna.create_study()
     dists = SPACE.distributions()
@@ -361,9 +361,9 @@ def test_the_review_prompt_gives_the_best_trials_span_once():
     import optuna
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from tunepilot.agent.llm_suggester import LLMSuggester
-    from tunepilot.agent.sampler_state import describe_sampler
-    from tunepilot.agent.suggest import Candidate
+    from tunepilot.proposers.llm_suggester import LLMSuggester
+    from tunepilot.proposers.samplers import describe as describe_sampler
+    from tunepilot.proposers.suggest import Candidate
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     study.optimize(lambda t: (t.suggest_float("x", -10, 10) - 2) ** 2

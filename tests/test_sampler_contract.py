@@ -16,7 +16,7 @@ from optuna.testing.pytest_samplers import (
 )
 
 from tunepilot import Float, Int, SearchSpace, Suggestion
-from tunepilot.agent.suggest import AgentSampler
+from tunepilot.proposers.suggest import AgentSampler
 
 # The names the generic objectives use, with ranges of their own: a proposal is used where it
 # fits the objective's distribution, and the fallback samples the rest.

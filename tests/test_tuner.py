@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import quadratic
 from tunepilot import ConfigError, Float, SearchSpace, Suggestion, SuggestionFailed, Tuner, trainers
-from tunepilot.agent.samplers import optuna_sampler
-from tunepilot.agent.suggest import AgentSampler
-from tunepilot.memory import History, attrs
+from tunepilot.memory import History, Stop, attrs
+from tunepilot.proposers.samplers import optuna_sampler
+from tunepilot.proposers.suggest import AgentSampler
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0))
 
@@ -28,7 +28,7 @@ def test_stops_at_the_target_before_the_budget(storage):
     assert result.n_finished < 200
     assert result.stop_reason.startswith("target 0.05 reached by trial")
     # The flag the other workers watch is set.
-    assert make_tuner(storage).study.user_attrs[attrs.STOP].startswith("target")
+    assert Stop.from_record(make_tuner(storage).study.user_attrs[attrs.STOP]).is_target
 
 
 def test_budget_is_the_study_total_and_a_rerun_resumes(storage):

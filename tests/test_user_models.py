@@ -291,18 +291,15 @@ def test_a_user_s_own_flax_train_step(storage):
 
 @pytest.mark.parametrize("native", [True, False])
 def test_the_default_space_offers_bf16_only_where_the_cpu_computes_it(monkeypatch, native):
-    from tunepilot.agent.build import _check_precisions
-
-    monkeypatch.setattr(trainers, "cpu_bf16_native", lambda: native)
-    monkeypatch.setattr(trainers, "_on_gpu", lambda trainer: False)
+    monkeypatch.setattr(trainers.builtin, "cpu_bf16_native", lambda: native)
+    monkeypatch.setattr(trainers.builtin, "on_gpu", lambda trainer: False)
     space = trainers.default_space("lightning")
     if native:
         assert list(space.params["precision"].choices) == ["32-true", "bf16-mixed"]
     else:  # one precision left: a fixed setting, not a choice the search spends trials on
         assert "precision" not in space.params and space.fixed["precision"] == "32-true"
     # A space of the user's that names bf16 still runs; where it is emulated, it is said.
-    notes: list[str] = []
-    _check_precisions("lightning", SearchSpace.of(precision="bf16-mixed"), notes)
+    notes = trainers.builtin.check_space("lightning", SearchSpace.of(precision="bf16-mixed"))
     assert any("emulated on this CPU" in n for n in notes) is (not native)
 
 
@@ -311,9 +308,9 @@ def test_cpu_bf16_is_read_from_the_cpu_flags(tmp_path):
     amd.write_text("model name\t: AMD EPYC\nflags\t\t: fpu sse2 avx2 fma\n")
     sapphire = tmp_path / "spr"
     sapphire.write_text("flags\t\t: avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
-    assert trainers.cpu_bf16_native(amd) is False
-    assert trainers.cpu_bf16_native(sapphire) is True
-    assert trainers.cpu_bf16_native(tmp_path / "missing") is True  # not Linux: assumed
+    assert trainers.builtin.cpu_bf16_native(amd) is False
+    assert trainers.builtin.cpu_bf16_native(sapphire) is True
+    assert trainers.builtin.cpu_bf16_native(tmp_path / "missing") is True  # not Linux: assumed
 
 
 DDP_ON_CPU = {"accelerator": "cpu", "devices": 2, "strategy": "ddp"}

@@ -31,10 +31,10 @@ _EXPORTS = {
     "run_workers": "tunepilot.agent.studies",
     "best": "tunepilot.agent.studies",
     "rerun": "tunepilot.agent.studies",
-    "AgentSampler": "tunepilot.agent.suggest",
-    "Suggester": "tunepilot.agent.suggest",
-    "Suggestion": "tunepilot.agent.suggest",
-    "SuggestionFailed": "tunepilot.agent.suggest",
+    "AgentSampler": "tunepilot.proposers.suggest",
+    "Suggester": "tunepilot.proposers.suggest",
+    "Suggestion": "tunepilot.proposers.suggest",
+    "SuggestionFailed": "tunepilot.proposers.suggest",
     "TuneConfig": "tunepilot.config",
     "load_config": "tunepilot.config",
     "SearchSpace": "tunepilot.space",
@@ -93,11 +93,11 @@ if TYPE_CHECKING:
     from tunepilot.agent.observer import Observer
     from tunepilot.agent.results import Proposal, TuneResult
     from tunepilot.agent.studies import best, create, join, rerun, run, run_workers
-    from tunepilot.agent.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
     from tunepilot.agent.tuner import Tuner
     from tunepilot.config import TuneConfig, load_config
     from tunepilot.errors import ConfigError, Diverged, TrialFailed, TuneError
     from tunepilot.memory import History, TrialRecord
+    from tunepilot.proposers.suggest import AgentSampler, Suggester, Suggestion, SuggestionFailed
     from tunepilot.space import Categorical, Float, Int, SearchSpace
     from tunepilot.trainers.base import Report, Trainer, TrainResult
 

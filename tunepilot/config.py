@@ -27,14 +27,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from tunepilot import trainers
 from tunepilot.errors import ConfigError, did_you_mean, one_of
 from tunepilot.memory.store import DEFAULT_STORAGE
-from tunepilot.trainers import BUILTIN
-
-# The names a config, the CLI's help and the agent accept: one list each.
-STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")  # auto: see strategies.agent
-SAMPLERS = ("auto", "tpe", "random", "cmaes", "gp")
-PRUNERS = ("median", "none", "successive-halving", "hyperband")
+from tunepilot.proposers import pruners, samplers
+from tunepilot.proposers.strategies import STRATEGIES
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -81,8 +78,8 @@ class TuneConfig(BaseModel):
     # auto: review when an LLM is configured (--llm), otherwise optuna; optuna too when
     # --llm auto finds only the embedded demonstration model (strategies.agent says why)
     strategy: str = "auto"  # one of STRATEGIES
-    sampler: str = "auto"  # one of SAMPLERS; auto: by the space (samplers.auto_kind)
-    pruner: str = "median"  # one of PRUNERS
+    sampler: str = "auto"  # a name in the sampler registry (`proposers.samplers`)
+    pruner: str = "median"  # a name in the pruner registry (`proposers.pruners`)
     llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
     llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
     llm_model_path: str | None = None  # a GGUF chat model for --llm local
@@ -133,7 +130,8 @@ class TuneConfig(BaseModel):
     @field_validator("strategy", "sampler", "pruner")
     @classmethod
     def _one_of(cls, v: str, info: Any) -> str:
-        options = {"strategy": STRATEGIES, "sampler": SAMPLERS, "pruner": PRUNERS}[info.field_name]
+        options = {"strategy": STRATEGIES, "sampler": samplers.names(),
+                   "pruner": pruners.names()}[info.field_name]
         if v not in options:
             raise ValueError(f"expected {one_of(options)}.{did_you_mean(v, options)}")
         return v
@@ -166,7 +164,7 @@ class TuneConfig(BaseModel):
     def study_name(self) -> str:
         if self.study:
             return self.study
-        name = (f"{self.trainer}-{self.data}" if self.trainer in BUILTIN
+        name = (f"{self.trainer}-{self.data}" if self.trainer in trainers.BUILTIN
                 else self.trainer)
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
 
@@ -244,9 +242,7 @@ def _explain(e: ValidationError, where: str) -> str:
 def starter(trainer: str = "lightning") -> str:
     """A commented ``tune.toml`` to start from (`tune init`): the mission's four parameters,
     the budgets, the target and the storage, ready to edit."""
-    from tunepilot.trainers import BUILTIN
-
-    builtin = trainer in BUILTIN
+    builtin = trainer in trainers.BUILTIN
     data = ('data = "synthetic"             # synthetic[:ROWS] | criteo:PATH | csv:PATH | '
             'parquet:PATH\n') if builtin else ""
     batch = "[256, 512, 1024, 2048, 4096]" if builtin else "[16, 32, 64, 128, 256]"
@@ -257,8 +253,8 @@ trainer = "{trainer}"
 {data}n_trials = 30                    # the study's total trials (a rerun resumes, runs the rest)
 timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
 # target = {target}                 # stop as soon as a trial's validation loss is <= this
-pruner = "median"                # {" | ".join(PRUNERS)}
-sampler = "auto"                 # {" | ".join(SAMPLERS)} (auto: by the space, says why)
+pruner = "median"                # {" | ".join(pruners.names())}
+sampler = "auto"                 # {" | ".join(samplers.names())} (auto: by the space, says why)
 # epoch_patience = 1             # stop a trial after this many epochs without a better loss
 #                                 (default: a third of its epochs, 1 to 3)
 storage = "{DEFAULT_STORAGE}"  # or postgresql://USER@HOST/DB for several workers

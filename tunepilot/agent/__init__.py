@@ -1,4 +1,4 @@
-"""The agent: `Tuner` and its run loop, the `Suggester` seam and `AgentSampler`, the strategies,
-the LLM suggester, chat-model construction and the embedded model, and what can be done with a
-stored study (`studies`). It never imports a face; it tells them what happens through
-`observer.Observer`."""
+"""Running a search: `Tuner` and its run loop, ask/tell, the opening of a study, the result, a
+run built from a `TuneConfig` (`build`), and what can be done with a stored study (`studies`).
+Who proposes each trial is `tunepilot.proposers`' business; the agent never imports a face,
+and tells them what happens through `observer.Observer`."""

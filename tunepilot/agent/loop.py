@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import optuna
@@ -16,11 +17,13 @@ from optuna.trial import TrialState
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
+from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import requeue
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
     StoppedEarly,
     TargetReached,
+    Trainer,
     TrainResult,
     auto_epoch_patience,
     check_finite,
@@ -28,40 +31,107 @@ from tunepilot.trainers.base import (
 )
 
 if TYPE_CHECKING:
-    from tunepilot.agent.tuner import Tuner
+    from tunepilot.agent.observer import Observer
     from tunepilot.memory.lock import StudyLock
+    from tunepilot.space import SearchSpace
 
-REPEATED_FAILURES = 3  # identical errors in a row look like a bug, not a bad config
-REPEATED_FAILURE = "repeated failure"  # the rule's name, first in its stop reason
+
+@dataclass(frozen=True)
+class Rules:
+    """A run's goal and budgets: what stops it."""
+
+    n_trials: int
+    target: float | None = None
+    timeout: float | None = None
+    patience: int | None = None
+    min_delta: float = 0.0
+    llm_budget_usd: float | None = None
+    llm_token_budget: int | None = None
+
+    def reached(self, value: float | None) -> bool:
+        """Whether a loss meets the target: the one place the target is compared."""
+        return self.target is not None and value is not None and value <= self.target
+
+    def target_stop(self, history: History, *, already: bool = False) -> Stop | None:
+        """The target, if a trial of the study has reached it."""
+        best = history.best_trial
+        if best is None or best.value is None or not self.reached(best.value):
+            return None
+        assert self.target is not None
+        return Stop.target(self.target, trial=best.number, value=best.value, already=already)
+
+    def study_stop(self, history: History) -> Stop | None:
+        """The rules of the whole study, checked before each new trial: a target some trial
+        reached, the trial budget, the time budget (the study's, like the trial budget: a
+        resumed run, or a worker that joins late, gets what the study has left; parallel trials
+        count once)."""
+        if (stop := self.target_stop(history)) is not None:
+            return stop
+        if history.budget_used() >= self.n_trials:
+            return Stop.budget(self.n_trials)
+        if self.timeout is not None and history.wall_time_s() >= self.timeout:
+            return Stop.timeout(self.timeout)
+        return None
+
+    def after_trial_stop(self, history: History) -> Stop | None:
+        """The rules that look at the trials so far, after each one ends."""
+        if self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
+                >= self.patience:
+            return Stop.plateau(stale, self.min_delta)
+        if self.llm_budget_usd is not None and (spent := history.llm_spend()) \
+                >= self.llm_budget_usd:
+            return Stop.llm_budget(spent, self.llm_budget_usd)
+        if self.llm_token_budget is not None and (tokens := history.llm_tokens()) \
+                >= self.llm_token_budget:
+            return Stop.llm_tokens(tokens, self.llm_token_budget)
+        if (message := failing_alike(history)) is not None:
+            return Stop.repeated_failure(message)
+        return None
+
+
+class Gate:
+    """The study lock, held from the gate's "yes" until Optuna has created (numbered) the trial
+    it admitted: so with any number of workers the study never holds more than its budget."""
+
+    def __init__(self, lock: StudyLock):
+        self.lock = lock
+        self.held = False
+
+    def hold(self) -> None:
+        self.held = True
+
+    def open(self) -> None:
+        """Releases the lock if the gate holds it (the trial exists now, or the run ends)."""
+        if self.held:
+            self.held = False
+            self.lock.release()
 
 
 class Loop:
     """Per-run state of `Tuner.run`: the objective and the stopping rules."""
 
-    def __init__(self, tuner: Tuner, n_trials: int, target: float | None,
-                 patience: int | None = None, min_delta: float = 0.0,
-                 llm_budget_usd: float | None = None, llm_token_budget: int | None = None,
-                 timeout: float | None = None):
-        self.tuner = tuner
-        self.timeout = timeout
-        self.llm_token_budget = llm_token_budget
-        self.n_trials = n_trials
-        self.target = target
-        self.patience = patience
-        self.min_delta = min_delta
-        self.llm_budget_usd = llm_budget_usd
-        self.reason: str | None = None
+    def __init__(self, rules: Rules, *, trainer: Trainer, space: SearchSpace,
+                 display: Observer, gate: Gate, early_beat: EarlyHeartbeat,
+                 epoch_patience: int | None):
+        self.rules = rules
+        self.trainer = trainer
+        self.space = space
+        self.display = display
+        self.gate = gate
+        self.early_beat = early_beat
+        self.epoch_patience = epoch_patience
+        self.stop: Stop | None = None
+        self.decided: Stop | None = None  # the stop this worker recorded for every worker
         self.fatal: Exception | None = None  # raised by run() once Optuna has closed the trial
         self.n_new = 0
 
     def objective(self, trial: optuna.Trial) -> float:
         # No storage writes on Ctrl-C here: the interrupt may have cut a write short. Tuner.run
-        # records it once the stack has unwound (_record_interrupt).
-        tuner = self.tuner
+        # records it once the stack has unwound (record_interrupt).
         storage = trial.study._storage
-        tuner._early_beat.stop()  # Optuna's own heartbeat runs from here
+        self.early_beat.stop()  # Optuna's own heartbeat runs from here
         try:
-            config = tuner.space.sample(trial)
+            config = self.space.sample(trial)
         except Exception as e:
             # The sampler or suggester failed: a bug (model-caused failures fall back inside
             # AgentSampler), so stop rather than fail every trial quietly.
@@ -69,14 +139,14 @@ class Loop:
             trial.study.stop()
             records.error(storage, trial._trial_id, describe(e))
             raise
-        records.fixed(storage, trial._trial_id, tuner.space.fixed)
-        tuner.display.trial_start(trial.number, {k: config[k] for k in tuner.space.params},
-                                  History.proposer_of(storage, trial._trial_id))
+        records.fixed(storage, trial._trial_id, self.space.fixed)
+        self.display.trial_start(trial.number, {k: config[k] for k in self.space.params},
+                                 History.proposer_of(storage, trial._trial_id))
 
         curve: list[float] = []
         epochs = config.get("epochs")
         epochs = epochs if isinstance(epochs, int) else None
-        patience = (tuner.epoch_patience if tuner.epoch_patience is not None
+        patience = (self.epoch_patience if self.epoch_patience is not None
                     else auto_epoch_patience(epochs))
 
         def report(epoch: int, val_loss: float) -> None:
@@ -84,26 +154,26 @@ class Loop:
             check_finite(epoch, val_loss)
             trial.report(val_loss, epoch)
             curve.append(float(val_loss))
-            tuner.display.epoch(trial.number, epoch, val_loss)
+            self.display.epoch(trial.number, epoch, val_loss)
             # At the trial's last epoch it ends anyway: not "stopped early" (the demo said
             # "stopped at epoch 3, best epoch 1" of 3-epoch trials that trained every epoch).
             last = epochs is not None and len(curve) >= epochs
-            if self.target is not None and val_loss <= self.target:
+            if self.rules.reached(val_loss):
                 if last:
                     return
                 # Its value is at the target already: the search is over, its epochs are not.
-                raise TargetReached(len(curve), val_loss, self.target)
+                assert self.rules.target is not None
+                raise TargetReached(len(curve), val_loss, self.rules.target)
             if trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
             best = curve.index(min(curve)) + 1
             if patience and len(curve) - best >= patience and not last:
                 raise StoppedEarly(len(curve), best, patience)
 
-        assert tuner.trainer is not None  # run() refuses to start without one
         start = time.perf_counter()
         stopped: StoppedEarly | None = None
         try:
-            result = tuner.trainer(config, report)
+            result = self.trainer(config, report)
         except optuna.TrialPruned:
             raise
         except StoppedEarly as e:
@@ -128,11 +198,13 @@ class Loop:
         if not isinstance(result, TrainResult):
             raise TypeError(f"a trainer must return TrainResult, got {type(result).__name__}")
         check_finite(len(result.curve), result.best_val_loss)
-        if self.target is not None and result.best_val_loss <= self.target:
+        if self.rules.reached(result.best_val_loss):
             # Before Optuna records the value: from here on no worker's gate admits a trial.
-            with tuner.lock:
-                records.stop(trial.study, f"target {self.target:g} reached by trial "
-                             f"{trial.number} ({result.best_val_loss:.4g})")
+            assert self.rules.target is not None
+            self.decided = Stop.target(self.rules.target, trial=trial.number,
+                                       value=result.best_val_loss)
+            with self.gate.lock:
+                records.stop(trial.study, self.decided)
         records.train(storage, trial._trial_id, {
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),
@@ -160,82 +232,50 @@ class Loop:
         than `n_trials` trials, and none starts after another worker reached the target.
         `finished`: the trial this worker just ended, shown and judged by the stopping rules
         from the same read of the history (one read per trial, not two)."""
-        tuner = self.tuner
+        lock = self.gate.lock
         while True:
-            tuner.lock.acquire()
+            lock.acquire()
             try:
                 history = History.from_study(study)
                 if finished is not None:
-                    tuner.display.trial_end(history[finished.number]
-                                            if finished.number < len(history) else None, history)
-                    self.reason = self._after_trial_reason(study, history, finished)
+                    self.display.trial_end(history[finished.number]
+                                           if finished.number < len(history) else None, history)
+                    self.stop = self._recorded(history) or self.rules.after_trial_stop(history)
                     finished = None
-                self.reason = self.reason or self._gate_reason(history)
+                self.stop = self.stop or self._recorded(history) or self.rules.study_stop(
+                    history)
+                if self.stop is not None and self.stop.is_target and history.stop is None:
+                    records.stop(study, self.stop)  # tells the other workers
             except BaseException:
-                tuner.lock.release()
+                lock.release()
                 raise
             others = [t for t in history.running() if not t.ask_tell]
-            if not (self.reason and self.reason.startswith("budget") and others
+            if not (self.stop is not None and self.stop.kind is StopKind.BUDGET and others
                     and is_heartbeat_enabled(study._storage)):
                 break
             # The budget is taken, but by trials still running elsewhere: if one of their
             # workers died, its trial turns stale and is queued again, and this worker should
             # run it. Wait for them. (Trials of a person's own loop have no heartbeat: not them.)
-            self.reason = None
-            tuner.lock.release()
-            tuner.display.waiting([t.number for t in others])
+            self.stop = None
+            lock.release()
+            self.display.waiting([t.number for t in others])
             time.sleep(getattr(study._storage, "get_heartbeat_interval", lambda: None)() or 10)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
-        if self.reason is not None:
-            tuner.lock.release()
+        if self.stop is not None:
+            lock.release()
             if in_optimize:  # Optuna refuses stop() outside optimize()
                 study.stop()
             return False
-        tuner._gate_held = True
+        self.gate.hold()
         return True
 
-    def _after_trial_reason(self, study: optuna.Study, history: History,
-                            frozen: optuna.trial.FrozenTrial) -> str | None:
-        """The stopping rules that look at the trial that just ended."""
-        if (self.target is not None and frozen.state == TrialState.COMPLETE
-                and frozen.value is not None and frozen.value <= self.target):
-            reason = f"target {self.target:g} reached by trial {frozen.number} ({frozen.value:.4g})"
-            if not history.stop:
-                records.stop(study, reason)  # tells the other workers
-            return reason
-        if history.stop:
-            return f"stopped by another worker: {history.stop}"
-        if self.patience and (stale := _trials_since_improvement(history, self.min_delta)) \
-                >= self.patience:
-            return (f"plateau: {stale} finished trials without an improvement of "
-                    f"{self.min_delta:g} or more")
-        if self.llm_budget_usd is not None and (spent := history.llm_spend()) \
-                >= self.llm_budget_usd:
-            return f"LLM spend ${spent:.4f} reached the budget of ${self.llm_budget_usd:g}"
-        if self.llm_token_budget is not None and (tokens := history.llm_tokens()) \
-                >= self.llm_token_budget:
-            return f"LLM tokens {tokens:,} reached the budget of {self.llm_token_budget:,}"
-        if (message := failing_alike(history)) is not None:
-            return (f"{REPEATED_FAILURE}: the last {REPEATED_FAILURES} trials failed with the "
-                    f"same error ({message}); this looks like a bug in the trainer. Fix it, "
-                    "then run the same command to resume")
-        return None
-
-    def _gate_reason(self, history: History) -> str | None:
-        """The stopping rules of the whole study, checked before each new trial."""
-        best = history.best_trial
-        if history.stop:
-            return f"stopped by another worker: {history.stop}"
-        if self.target is not None and best and best.value is not None \
-                and best.value <= self.target:
-            return f"target {self.target:g} reached by trial {best.number} ({best.value:.4g})"
-        if history.budget_used() >= self.n_trials:
-            return f"budget of {self.n_trials} trials used"
-        if self.timeout is not None and history.wall_time_s() >= self.timeout:
-            return f"time budget of {self.timeout:g} s used"
-        return None
+    def _recorded(self, history: History) -> Stop | None:
+        """The stop a worker recorded for the whole study: this one's own, or another's."""
+        if history.stop is None:
+            return None
+        return self.decided if history.stop == self.decided else history.stop.from_elsewhere()
 
 
 class EarlyHeartbeat:
@@ -278,13 +318,13 @@ def _trials_since_improvement(history: History, min_delta: float) -> int:
 
 
 def failing_alike(history: History) -> str | None:
-    """The error message when the study's last `REPEATED_FAILURES` finished trials all failed
-    with it (read from the history: a resume or another worker sees the same). Divergence,
-    time-outs and OOM depend on the config, so they never count."""
-    last = history.last_finished(REPEATED_FAILURES)
+    """The error message when the study's last `Stop.REPEATS` finished trials all failed with
+    it (read from the history: a resume or another worker sees the same). Divergence, time-outs
+    and OOM depend on the config, so they never count."""
+    last = history.last_finished(Stop.REPEATS)
     # Only exceptions of the trainer's own code: a crash, an OOM, a time-out or a divergence
     # says something about its config, and an interrupt nothing.
-    if len(last) < REPEATED_FAILURES or any(
+    if len(last) < Stop.REPEATS or any(
             t.state != "fail" or not t.error or t.error.get("kind") != "exception"
             for t in last):
         return None
@@ -316,3 +356,4 @@ def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock)
 
 def signal_name(e: KeyboardInterrupt) -> str:
     return "SIGTERM" if isinstance(e, Terminated) else "Ctrl-C"
+

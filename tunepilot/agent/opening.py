@@ -16,8 +16,8 @@ from tunepilot.memory.identity import differences, identity
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
-    from tunepilot.agent.llm_suggester import LLMSuggester
     from tunepilot.memory.lock import StudyLock
+    from tunepilot.proposers.llm_suggester import LLMSuggester
 
 MAX_OPENING = 5
 
@@ -68,7 +68,7 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
     queued after the defaults and `start` configs, in place of the sampler's first draws
     (judged as its trials: `memory.trust`). Once per study: the first process to start a
     new study asks; others (workers joining) go on with the sampler meanwhile."""
-    from tunepilot.agent.suggest import SuggestionFailed
+    from tunepilot.proposers.suggest import SuggestionFailed
 
     with lock:  # claimed in one step across workers; the model is asked outside the lock
         if not records.claim_opening(study, k, llm.model_name):

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tunepilot.agent.loop import REPEATED_FAILURE
 from tunepilot.memory import History
+from tunepilot.memory.stops import Stop, StopKind
 
 
 class Proposal(dict[str, Any]):
@@ -29,24 +29,40 @@ class Proposal(dict[str, Any]):
 
 @dataclass(frozen=True)
 class TuneResult:
-    """What `Tuner.run` ended with. `stop_reason` says which rule stopped the search."""
+    """What `Tuner.run` ended with. `stop` says which rule stopped the search (`stop_reason`,
+    in words)."""
 
     study_name: str
-    stop_reason: str
+    stop: Stop
     best_value: float | None
     best_params: Mapping[str, Any] | None
     best_number: int | None
     n_finished: int  # trials of the study that are done (all runs together)
     n_new: int  # trials this call ran
-    target_reached: bool
-    interrupted: bool  # by Ctrl-C or SIGTERM
-    terminated: bool  # by SIGTERM
     history: History
+
+    @property
+    def stop_reason(self) -> str:
+        return str(self.stop)
+
+    @property
+    def target_reached(self) -> bool:
+        return self.stop.is_target
+
+    @property
+    def interrupted(self) -> bool:
+        """By Ctrl-C or SIGTERM."""
+        return self.stop.is_interrupt
+
+    @property
+    def terminated(self) -> bool:
+        """By SIGTERM."""
+        return self.stop.kind is StopKind.TERMINATED
 
     @property
     def failed_alike(self) -> bool:
         """Stopped by the repeated-failure rule: the trainer looks broken."""
-        return self.stop_reason.startswith(REPEATED_FAILURE)
+        return self.stop.kind is StopKind.REPEATED_FAILURE
 
     @property
     def best_config(self) -> Mapping[str, Any] | None:
@@ -59,20 +75,17 @@ class TuneResult:
         return self.history.to_frame()
 
     @classmethod
-    def of(cls, study_name: str, history: History, fixed: Mapping[str, Any], reason: str,
+    def of(cls, study_name: str, history: History, fixed: Mapping[str, Any], stop: Stop,
            n_new: int = 0) -> TuneResult:
-        """The study as `history` shows it, stopped for `reason`."""
+        """The study as `history` shows it, stopped by `stop`."""
         best = history.best_trial
         return cls(
             study_name=study_name,
-            stop_reason=reason,
+            stop=stop,
             best_value=best.value if best else None,
             best_params={**fixed, **best.params} if best else None,
             best_number=best.number if best else None,
             n_finished=len(history.finished()),
             n_new=n_new,
-            target_reached=reason.startswith("target"),
-            interrupted=reason.startswith("interrupted"),
-            terminated=reason.startswith("interrupted (SIGTERM"),
             history=history,
         )

@@ -24,11 +24,12 @@ import optuna
 from tunepilot.agent.build import build_trainer, from_config
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import TuneResult
-from tunepilot.agent.suggest import Candidate
 from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated
 from tunepilot.memory import History, TrialRecord, load_study, redact
+from tunepilot.memory.stops import Stop, StopKind
+from tunepilot.proposers.suggest import Candidate
 from tunepilot.runtime import devices, interrupts, pool
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import TrainResult, check_finite
@@ -126,11 +127,10 @@ def run_workers(tuner: Tuner, cfg: TuneConfig, n: int | None = None, *,
         raise ConfigError(f"a worker stopped on bad input (exit codes {list(ran.exit_codes)}); "
                           "see its error above.")
     history = History.from_study(tuner.study)
-    reason = history.last_stop or "the workers stopped"
+    stop = history.last_stop or Stop(StopKind.WORKERS)
     if ran.interrupted is not None:
-        how = "SIGTERM" if isinstance(ran.interrupted, Terminated) else "Ctrl-C"
-        reason = f"interrupted ({how})"
-    return tuner.summary(reason, n_new=len(history.finished()) - before)
+        stop = Stop.interrupted(sigterm=isinstance(ran.interrupted, Terminated))
+    return tuner.summary(stop, n_new=len(history.finished()) - before)
 
 
 def best(storage: str, study: str | None = None) -> tuple[TrialRecord, dict[str, Any]]:
@@ -191,7 +191,7 @@ def resume_command(argv: list[str], result: TuneResult, n_trials: int) -> str:
     """The `tune` command that continues this study (with a bigger budget if it was used up),
     from the arguments of the one that ran it."""
     args = [_redact_arg(a) for a in argv]  # never print a password back
-    if result.stop_reason.startswith("budget") or result.target_reached:
+    if result.stop.kind is StopKind.BUDGET or result.target_reached:
         args = _drop_option(args, "--n-trials") + ["--n-trials", str(max(n_trials, 1) * 2)]
     if "--study" not in " ".join(args):
         args += ["--study", result.study_name]
@@ -221,7 +221,7 @@ def next_prompt(storage: str, study: str | None = None) -> str:
     """The system prompt and the next trial's prompt, exactly as the LLM of a study made by
     `tune run` / `tune create` would read them now (`tune prompt`)."""
     from tunepilot.agent.build import _task_description
-    from tunepilot.agent.llm_suggester import LLMSuggester, has_curves
+    from tunepilot.proposers.llm_suggester import LLMSuggester, has_curves
     from tunepilot.space import SearchSpace
 
     loaded = load_study(storage, study)
@@ -242,7 +242,7 @@ def next_prompt(storage: str, study: str | None = None) -> str:
     system = llm.system_prompt(review, has_curves(history))
     if not review:
         return f"# system\n{system}\n\n# the next trial's prompt\n{llm.prompt(space_obj, history)}"
-    from tunepilot.agent.review import Reviewer
+    from tunepilot.proposers.review import Reviewer
 
     left = Reviewer(llm, cfg.max_override_share).overrides_left(history)
     turn = ("" if left > 0 else
@@ -261,18 +261,17 @@ def next_candidate(study: optuna.Study, cfg: TuneConfig, space: SearchSpace) -> 
     from optuna.storages import InMemoryStorage
 
     from tunepilot.agent.opening import quiet_optuna
-    from tunepilot.agent.sampler_state import describe_sampler, sampler_name
-    from tunepilot.agent.samplers import per_trial_sampler
+    from tunepilot.proposers import samplers
 
     memory = InMemoryStorage()
     with quiet_optuna():  # no "A new study created in memory" before the prompt
         optuna.copy_study(from_study_name=study.study_name, from_storage=study._storage,
                           to_storage=memory)
     number = len(study.get_trials(deepcopy=False))
-    sampler = per_trial_sampler(cfg.sampler, study.study_name, cfg.seed, space)(number)
+    sampler = samplers.per_trial_sampler(cfg.sampler, study.study_name, cfg.seed, space)(number)
     copy = optuna.load_study(study_name=study.study_name, storage=memory, sampler=sampler)
     trial = copy.ask(fixed_distributions=space.distributions())
     params = dict(trial.params)
     search_space = sampler.infer_relative_search_space(copy, copy.trials[-1])
-    return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
+    return Candidate(params, samplers.label(sampler), lambda: samplers.describe(
         sampler, copy, space, search_space, params))

@@ -17,15 +17,17 @@ from optuna.storages._heartbeat import is_heartbeat_enabled
 
 from tunepilot.agent import observer, opening
 from tunepilot.agent.ask_tell import AskTell
-from tunepilot.agent.loop import EarlyHeartbeat, Loop, record_interrupt, signal_name
+from tunepilot.agent.loop import EarlyHeartbeat, Gate, Loop, Rules, record_interrupt
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
-from tunepilot.agent.samplers import make_pruner, per_trial_sampler, sampler_line
-from tunepilot.agent.suggest import AgentSampler, Suggester
-from tunepilot.errors import ConfigError, TuneError
+from tunepilot.errors import ConfigError, Terminated, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
 from tunepilot.memory.lock import OneProcessRun, StudyLock
+from tunepilot.memory.stops import Stop
 from tunepilot.memory.store import recover
+from tunepilot.proposers.pruners import make_pruner
+from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
+from tunepilot.proposers.suggest import AgentSampler, Suggester
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
@@ -119,17 +121,18 @@ class Tuner(AskTell):
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.study_name = study
         self.llm_agent: Any = None  # the LLM suggester, told each run's budget and target
-        self.strategy_note = ""
+        self.strategy_note = ""  # what was chosen and why, in a line
         if llm is not None:
-            from tunepilot.agent.strategies import agent
+            from tunepilot.proposers.strategies import agent
 
             suggester, self.llm_agent, self.strategy_note = agent(
                 llm, strategy, task=task or "Train the user's model; lower loss is better.",
                 llm_time_share=llm_time_share, max_override_share=max_override_share,
-                metric=metric)
+                metric=metric, optuna_line=(f"{sampler} sampler, seed {seed}"
+                                            if isinstance(sampler, str) else "its sampler"))
         self.suggester = suggester
         self.sampler = sampler
-        # Said as a run starts, as `tune run` says them (which prints its own and clears these).
+        # Said as a run starts (`take_first_lines`: a caller that prints them itself).
         self.first_lines = [line for line in (self.strategy_note, sampler_line(sampler, space)
                                               if isinstance(sampler, str) else "") if line]
         epochs = space.fixed.get("epochs")
@@ -151,8 +154,14 @@ class Tuner(AskTell):
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
         self._asking = False
         self.lock = StudyLock(self.storage, study)
-        self._gate_held = False  # the lock, taken before Optuna creates the next trial
+        self._gate = Gate(self.lock)  # held from the run's "yes" until Optuna numbers the trial
         self._early_beat = EarlyHeartbeat(self.storage)
+
+    def take_first_lines(self) -> list[str]:
+        """The lines a run starts with (strategy, sampler, and why), for a caller that prints
+        them itself: the run then does not say them again."""
+        lines, self.first_lines = self.first_lines, []
+        return lines
 
     @classmethod
     def load(cls, storage: str | optuna.storages.BaseStorage = DEFAULT_STORAGE,
@@ -184,9 +193,7 @@ class Tuner(AskTell):
 
     def _created(self, trial: optuna.trial.FrozenTrial) -> None:
         # Optuna has created (numbered) the trial the gate admitted: other workers may count.
-        if self._gate_held:
-            self._gate_held = False
-            self.lock.release()
+        self._gate.open()
         if self._asking:
             # A person's own loop: no heartbeat (nothing beats while they train), so no worker
             # ever takes the trial for dead.
@@ -273,6 +280,8 @@ class Tuner(AskTell):
     def _run(self, n_trials: int, target: float | None, timeout: float | None,
              patience: int | None, min_delta: float, llm_budget_usd: float | None,
              llm_token_budget: int | None, dead: list[str]) -> TuneResult:
+        rules = Rules(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
+                      llm_token_budget)
         if self.llm_agent is not None:  # the prompt states the run's budget and goal
             self.llm_agent.n_trials, self.llm_agent.target = n_trials, target
             self.llm_agent.notice = self.display.notice
@@ -282,28 +291,27 @@ class Tuner(AskTell):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)  # a crashed run's trial, if stale
         history = History.from_study(study)
-        best = history.best_trial
         self.display.start(self.study_name, n_trials, history)
         for line in self.first_lines:
             self.display.say(line)
         for line in dead:
             self.display.notice(line)
-        if target is not None and best and best.value is not None and best.value <= target:
-            return self._finish(f"target {target:g} already reached by trial {best.number}", 0)
+        if (reached := rules.target_stop(history, already=True)) is not None:
+            return self._finish(reached, 0)
         if history.stop and not history.running():
             # A new run with a new goal starts clean (not while other workers are running).
             records.stop(study, None)
         if len(history.finished()) >= n_trials and not history.running():
-            return self._finish(f"budget of {n_trials} trials already used", 0)
-        # The time budget is the study's, like the trial budget: a resumed run, or a worker that
-        # joins late, gets what the study has left. Parallel trials count once.
+            return self._finish(Stop.budget(n_trials, already=True), 0)
         spent = history.wall_time_s()
         time_left = None if timeout is None else timeout - spent
-        if time_left is not None and time_left <= 0:
-            return self._finish(f"time budget of {timeout:g} s already used ({spent:.0f} s)", 0)
+        if timeout is not None and time_left is not None and time_left <= 0:
+            return self._finish(Stop.timeout(timeout, spent=spent), 0)
 
-        loop = Loop(self, n_trials, target, patience, min_delta, llm_budget_usd, llm_token_budget,
-                     timeout)
+        assert self.trainer is not None  # run() refuses to start without one
+        loop = Loop(rules, trainer=self.trainer, space=self.space, display=self.display,
+                    gate=self._gate, early_beat=self._early_beat,
+                    epoch_patience=self.epoch_patience)
         start = time.monotonic()
         try:
             if self.llm_agent is not None and self.opening != 0:
@@ -317,29 +325,27 @@ class Tuner(AskTell):
                     study.optimize(loop.objective, timeout=time_left,
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
-            loop.reason = f"interrupted ({signal_name(e)})"
+            loop.stop = Stop.interrupted(sigterm=isinstance(e, Terminated))
             said = record_interrupt(study, e, self.lock)
             if said is not None:
                 loop.n_new += 1  # it ran here: "(1 new)"
                 self.display.notice(said)
         finally:
             self._early_beat.stop()
-            if self._gate_held:
-                self._gate_held = False
-                self.lock.release()
+            self._gate.open()
         if loop.fatal is not None:
             raise loop.fatal
         timed_out = time_left is not None and time.monotonic() - start >= time_left
-        reason = loop.reason or (f"time budget of {timeout:g} s used" if timed_out else
-                                 f"budget of {n_trials} trials used")
-        return self._finish(reason, loop.n_new)
+        stop = loop.stop or (Stop.timeout(timeout) if timed_out and timeout is not None else
+                             Stop.budget(n_trials))
+        return self._finish(stop, loop.n_new)
 
-    def _finish(self, reason: str, n_new: int) -> TuneResult:
-        records.last_stop(self.study, reason)
-        self.display.finish(result := self.summary(reason, n_new))
+    def _finish(self, stop: Stop, n_new: int) -> TuneResult:
+        records.last_stop(self.study, stop)
+        self.display.finish(result := self.summary(stop, n_new))
         return result
 
-    def summary(self, reason: str, n_new: int = 0) -> TuneResult:
-        """The study as it stands, as a `TuneResult` that says it stopped for `reason`."""
+    def summary(self, stop: Stop, n_new: int = 0) -> TuneResult:
+        """The study as it stands, as a `TuneResult` that says it stopped by `stop`."""
         return TuneResult.of(self.study_name, History.from_study(self.study), self.space.fixed,
-                             reason, n_new)
+                             stop, n_new)

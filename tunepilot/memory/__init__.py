@@ -8,6 +8,7 @@ tunepilot's records; `settings` versions what a study stores about its run.
 from tunepilot.memory import records
 from tunepilot.memory.history import History, LLMCall, Review, TrainInfo, TrialRecord, readable
 from tunepilot.memory.redact import redact
+from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import DEFAULT_STORAGE, load_study, open_storage, open_study
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "LLMCall",
     "Review",
     "TrainInfo",
+    "Stop",
+    "StopKind",
     "TrialRecord",
     "load_study",
     "open_storage",

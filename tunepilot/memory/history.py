@@ -18,6 +18,7 @@ from tunepilot.memory import attrs
 from tunepilot.memory.parts import LLMCall, Review, TrainInfo, readable
 from tunepilot.memory.repeats import REPEAT_TOLERANCE, ConfigIndex
 from tunepilot.memory.settings import migrate
+from tunepilot.memory.stops import Stop
 
 if TYPE_CHECKING:
     import optuna
@@ -155,8 +156,8 @@ class History(Sequence[TrialRecord]):
     notes: str = ""  # the agent's notes so far
     hints: tuple[str, ...] = ()  # what the person told the agent, oldest first
     warm_start: Mapping[str, Any] = field(default_factory=dict)  # from a finished study
-    stop: str | None = None  # why a worker stopped the whole study (target reached), if one did
-    last_stop: str | None = None  # why the last run ended
+    stop: Stop | None = None  # why a worker stopped the whole study (target reached), if one did
+    last_stop: Stop | None = None  # why the last run ended
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
     opening: Mapping[str, Any] = field(default_factory=dict)  # the LLM's opening turn, if any
@@ -181,7 +182,8 @@ class History(Sequence[TrialRecord]):
         return cls(tuple(records),
                    notes=notes.get("text", ""), hints=hints,
                    warm_start=user_attrs.get(attrs.WARM_START) or {},
-                   stop=user_attrs.get(attrs.STOP), last_stop=user_attrs.get(attrs.LAST_STOP),
+                   stop=Stop.from_record(user_attrs.get(attrs.STOP)),
+                   last_stop=Stop.from_record(user_attrs.get(attrs.LAST_STOP)),
                    settings=migrate(user_attrs.get(attrs.SETTINGS)),
                    changes=tuple(user_attrs.get(attrs.CHANGES) or ()),
                    opening=user_attrs.get(attrs.OPENING) or {}, study=study)

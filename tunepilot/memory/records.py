@@ -18,12 +18,13 @@ if TYPE_CHECKING:
     import optuna
 
     from tunepilot.memory.lock import StudyLock
+    from tunepilot.memory.stops import Stop
 
 
 def set_trial_user_attrs(storage: Any, trial_id: int, values: Mapping[str, Any]) -> None:
     """Writes `values` as the trial's user attrs. On a database storage: in one transaction
-    (Optuna's `set_trial_user_attr` is a transaction each, with a read of the trial: a proposal's
-    five attrs took ~10 ms on SQLite, bench/agent.py); on others, one by one."""
+    (Optuna's `set_trial_user_attr` is a transaction each, with a read of the trial:
+    bench/README.md#the-agents-own-cost); on others, one by one."""
     backend = getattr(storage, "_backend", storage)  # Optuna's cache wraps every RDBStorage
     try:
         from optuna.storages import RDBStorage
@@ -179,14 +180,14 @@ def warm_start(study: optuna.Study, found: Mapping[str, Any]) -> None:
     study.set_user_attr(attrs.WARM_START, dict(found))
 
 
-def stop(study: optuna.Study, reason: str | None) -> None:
+def stop(study: optuna.Study, reason: Stop | None) -> None:
     """Tells every worker to start no more trials (None: a new run starts clean)."""
-    study.set_user_attr(attrs.STOP, reason)
+    study.set_user_attr(attrs.STOP, None if reason is None else reason.to_record())
 
 
-def last_stop(study: optuna.Study, reason: str) -> None:
+def last_stop(study: optuna.Study, reason: Stop) -> None:
     """Why the last run ended, for the report."""
-    study.set_user_attr(attrs.LAST_STOP, reason)
+    study.set_user_attr(attrs.LAST_STOP, reason.to_record())
 
 
 def interrupted(study: optuna.Study, number: int, cause: str, lock: StudyLock) -> None:

@@ -129,30 +129,55 @@ def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
 
 
 def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> optuna.Study:
-    """An existing study; raises `ConfigError` listing the studies the storage holds."""
+    """An existing study: `name`, or with None the only one, or the newest of several (as
+    `choose_study` picks it); raises `ConfigError` listing the studies the storage holds."""
+    import optuna
+
+    if isinstance(storage, str):
+        storage = _open_existing(storage)
+    name, _ = choose_study(storage, name)
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def choose_study(storage: str | optuna.storages.BaseStorage,
+                 name: str | None) -> tuple[str, str | None]:
+    """The study a command reads, and a line that says which when the person named none (as
+    `git` names the branch): the only study, or the newest of several (the last created), with
+    the others and the flag that picks one. Raises `ConfigError` for a name that is not there."""
     import optuna
 
     url = storage if isinstance(storage, str) else None
     if isinstance(storage, str):
-        if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-            raise ConfigError(
-                f"No study database at {storage}. Run `tune run` first, or pass --storage with "
-                "the URL the search used."
-            )
-        storage = open_storage(storage)
-    names = [s.study_name
-             for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-    if name is None and len(names) == 1:
-        name = names[0]
+        storage = _open_existing(storage)
+    summaries = sorted(optuna.get_all_study_summaries(storage, include_best_trial=False),
+                       key=lambda s: s._study_id)
+    names = [s.study_name for s in summaries]
+    where = f" in {redact(url)}" if url else ""
+    if name is None and names:
+        newest = names[-1]
+        if len(names) == 1:
+            return newest, f"study {newest} (the only one{where})"
+        others = ", ".join(names[:-1])
+        return newest, (f"study {newest} (the newest of {len(names)}{where}; the others: "
+                        f"{others}; pick one with --study NAME)")
     if name not in names:
-        where = f" in {redact(url)}" if url else ""
         listing = ", ".join(names) if names else "none"
         hint = did_you_mean(name, names) if name else ""
         raise ConfigError(
             f"No study named {name!r}{where}.{hint} Studies there: {listing}. Pass one with "
             "--study NAME."
         )
-    return optuna.load_study(study_name=name, storage=storage)
+    return name, None
+
+
+def _open_existing(url: str) -> optuna.storages.BaseStorage:
+    """The storage at `url`, which must exist already (a reader never creates one)."""
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise ConfigError(
+            f"No study database at {url}. Run `tune run` first, or pass --storage with "
+            "the URL the search used."
+        )
+    return open_storage(url)
 
 
 class _StaleTrial:

@@ -2,7 +2,7 @@
 
 Read from the study's trials alone, so it survives a resume and every worker reads the same.
 
-The rule (tests/test_trust_record.py):
+The rule (tests/test_trust.py):
 
 - Judged: each trial the LLM proposed (an override of the sampler's candidate, or a proposal of
   its own), once finished; and each turn that ended with no valid answer from it.

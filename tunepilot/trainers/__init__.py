@@ -3,6 +3,7 @@
 Specs (the CLI's ``--trainer``):
     lightning                          the built-in CTR model on PyTorch Lightning
     jax                                the same model in Flax NNX + Optax
+                                       (the registry of built-ins: `trainers.builtin`)
     package.module:function            ``function(config, report) -> float``, or a trainer
                                        object built with `lightning()` / `flax()`
     lightning:package.module:factory   ``factory(config) -> LightningModule`` with its own
@@ -14,22 +15,26 @@ Heavy frameworks are imported only when a trainer of theirs is built.
 from __future__ import annotations
 
 import builtins
-import functools
 import importlib
-import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tunepilot.errors import ConfigError, did_you_mean
-from tunepilot.space import Categorical, Float, SearchSpace
 from tunepilot.trainers.base import Report, Trainer, TrainResult, from_callable, no_report
-
-BUILTIN = ("lightning", "jax")
+from tunepilot.trainers.builtin import (
+    BUILTIN,
+    BuiltinTrainer,
+    default_precisions,
+    default_space,
+    device_precisions,
+    register,
+)
 
 __all__ = [
     "BUILTIN",
+    "BuiltinTrainer",
     "Report",
     "TrainResult",
     "Trainer",
@@ -38,10 +43,13 @@ __all__ = [
     "lightning",
     "ctr_jax",
     "ctr_lightning",
+    "default_precisions",
     "default_space",
+    "device_precisions",
     "from_spec",
     "load_data",
     "no_report",
+    "register",
 ]
 
 
@@ -120,76 +128,12 @@ def flax(model_factory: Callable[[Mapping[str, Any], Any], Any],
 
 def ctr_lightning(data: Any) -> Trainer:
     """The built-in CTR model (embeddings + MLP + dropout) on Lightning, bound to `data`."""
-    from tunepilot.trainers.lightning_trainer import train_ctr
-
-    return functools.partial(train_ctr, data=data)
+    return BUILTIN["lightning"].build(data)
 
 
 def ctr_jax(data: Any) -> Trainer:
     """The built-in CTR model in Flax NNX + Optax (one jitted call per epoch), bound to `data`."""
-    from tunepilot.trainers.jax_trainer import train_ctr
-
-    return functools.partial(train_ctr, data=data)
-
-
-def default_space(trainer: str) -> SearchSpace:
-    """The mission's four parameters for a built-in trainer; empty for user code."""
-    if trainer not in BUILTIN:
-        return SearchSpace()
-    offered = default_precisions(trainer)
-    # The defaults are trial 0 of a new study: what a practitioner tries first on a CTR model
-    # (Adam's customary rate, batch 256), measured on it against the alternatives
-    # (bench/README.md, "The built-in task's defaults").
-    return SearchSpace.of(
-        lr=Float(1e-5, 1e-1, log=True, default=1e-3),
-        batch_size=Categorical([256, 512, 1024, 2048, 4096], default=256),
-        # one precision only (a CPU without native bf16): a fixed setting, not a choice
-        precision=(Categorical(offered, default=offered[0]) if len(offered) > 1
-                   else offered[0]),
-        dropout=Float(0.0, 0.5, default=0.1),
-    )
-
-
-def cpu_bf16_native(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX). Without, torch and XLA
-    emulate it: a bf16 matmul of the CTR model's shapes took 22 ms against 0.8 ms in fp32 on an
-    AVX2-only AMD EPYC here, and its trials ran 3x slower end to end. Not Linux: assumed."""
-    try:
-        flags = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True
-    return re.search(r"\b(avx512_bf16|amx_bf16)\b", flags) is not None
-
-
-def _on_gpu(trainer: str) -> bool:
-    if trainer == "jax":
-        import jax
-
-        return jax.default_backend() != "cpu"
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def default_precisions(trainer: str = "lightning") -> list[str]:
-    """The precisions the default space offers: what the device runs (`device_precisions`),
-    less bf16 on a CPU that only emulates it (slower, and no better losses)."""
-    can = device_precisions(trainer)
-    if not _on_gpu(trainer) and not cpu_bf16_native():
-        can = [p for p in can if p != "bf16-mixed"]
-    return can
-
-
-def device_precisions(trainer: str = "lightning") -> list[str]:
-    """Precisions the accelerator supports: 16-mixed only on CUDA, and only with Lightning."""
-    if trainer == "jax":
-        return ["32-true", "bf16-mixed"]  # fp16 needs loss scaling, which JAX leaves to us
-    import torch
-
-    if torch.cuda.is_available():
-        return ["32-true", "bf16-mixed", "16-mixed"] if torch.cuda.is_bf16_supported() else [
-            "32-true", "16-mixed"]
-    return ["32-true", "bf16-mixed"]
+    return BUILTIN["jax"].build(data)
 
 
 DATA_KINDS = ("synthetic", "criteo", "csv", "parquet")
@@ -230,8 +174,7 @@ def from_spec(spec: str, data: Any = None) -> Trainer:
     `data` is the CTR data set for a built-in trainer (default: the synthetic one).
     """
     if spec in BUILTIN:
-        data = load_data("synthetic") if data is None else data
-        return ctr_lightning(data) if spec == "lightning" else ctr_jax(data)
+        return BUILTIN[spec].build(load_data("synthetic") if data is None else data)
     if spec.startswith("lightning:"):
         return lightning(_import_function(spec.removeprefix("lightning:")))
     if ":" not in spec:

@@ -52,8 +52,7 @@ class TargetReached(StoppedEarly):
 def auto_epoch_patience(epochs: int | None) -> int:
     """The epoch patience when the user sets none: a third of the trial's epochs, at least 1 and
     at most 3 (Lightning's EarlyStopping default); 2 when the trainer's epochs are unknown.
-    A short trial that has turned up rarely comes back (measured on the built-in task:
-    bench/README.md, "the target at its epoch")."""
+    A short trial that has turned up rarely comes back (bench/README.md#the-epoch-patience)."""
     if epochs is None:
         return 2
     return min(3, max(1, epochs // 3))

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tunepilot.errors import ConfigError
 
-# A validation loss this many times the base rate's means the weights blew up (lr = 10 gives
-# ~10,000x) even while the loss is still a finite number.
+# A validation loss this many times the base rate's means the weights blew up (a learning rate
+# far too high gives orders of magnitude more) even while the loss is still a finite number.
 EXPLODED = 10
 
 
@@ -32,9 +32,8 @@ class CTRConfig(BaseModel):
     hidden: tuple[int, ...] = (256, 128)
     weight_decay: float = Field(0.0, ge=0.0)  # L2, as torch.optim.Adam's weight_decay
     # Lazy Adam on the embedding table: only the rows a batch touches are read and updated
-    # (torch SparseAdam; the same rule in JAX). 1.4x faster than dense Adam at 27M embedding
-    # parameters with the same validation loss (bench/trainers.py); weight decay then applies to
-    # the MLP only.
+    # (torch SparseAdam; the same rule in JAX): faster than dense Adam with the same validation
+    # loss (bench/README.md#trainers); weight decay then applies to the MLP only.
     sparse_embeddings: bool = True
 
     @field_validator("hidden", mode="before")

@@ -1,6 +1,6 @@
 """The built-in CTR task on JAX: the same model as the Lightning one, in Flax NNX + Optax.
 
-Speed choices (measured in bench/trainers.py):
+Speed choices (bench/README.md#trainers):
 - A whole epoch is ONE jitted call: `lax.scan` over batches, batches gathered on the device from a
   per-epoch permutation. No Python dispatch and no host sync per step.
 - The ragged last batch is padded and masked, so every step has one shape: one compilation per

@@ -93,7 +93,7 @@ class CTRModule(pl.LightningModule):
         return float(self._val_sum) / max(self._val_n, 1)
 
     def configure_optimizers(self) -> Any:
-        # fused=True: one kernel over all parameters, 2-3x faster than the default Adam here
+        # fused=True: one kernel over all parameters (bench/README.md#trainers)
         # (bench/trainers.py), most of all on the big embedding table.
         cfg = self.cfg
         if not cfg.sparse_embeddings:
@@ -107,8 +107,9 @@ class CTRModule(pl.LightningModule):
 class Batches:
     """Batches sliced from tensors; reshuffled each epoch when `seed` is given.
 
-    A plain iterable with `__len__` is all Lightning needs, and slicing a permutation is ~20x
-    cheaper than a DataLoader over a TensorDataset for data that fits in memory.
+    A plain iterable with `__len__` is all Lightning needs, and slicing a permutation is far
+    cheaper than a DataLoader over a TensorDataset for data that fits in memory
+    (bench/README.md#trainers).
     """
 
     def __init__(self, split: Split, batch_size: int, seed: int | None = None):

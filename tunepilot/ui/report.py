@@ -45,7 +45,7 @@ def render_html(study: optuna.Study, history: History) -> str:
     trials = sorted(history, key=lambda t: (t.value is None, t.value or 0.0))[:30]
     return _template().render(
         study=study.study_name,
-        stop=history.last_stop or "not recorded",
+        stop=str(history.last_stop or "not recorded"),
         n_trials=len(history),
         states=", ".join(f"{n} {s}" for s, n in sorted(states.items())),
         proposers=", ".join(f"{n} {p}" for p, n in sorted(proposers.items())),

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from tunepilot.config import PRUNERS, SAMPLERS, STRATEGIES
 from tunepilot.errors import ConfigError
+from tunepilot.proposers import pruners, samplers
+from tunepilot.proposers.strategies import STRATEGIES
 from tunepilot.ui.app import (
     EXIT_INTERRUPTED,
     EXIT_REPEATED_FAILURE,
@@ -42,10 +43,11 @@ def run(
         help="Comma-separated categorical columns of csv/parquet data")] = None,
     strategy: Annotated[str | None, typer.Option(help=" | ".join(STRATEGIES))] = None,
     sampler: Annotated[str | None, typer.Option(
-        help=" | ".join(SAMPLERS) + " (Optuna's; auto: by the space and the trials' length, "
-        "named with its reason when a run starts) [default: auto]")] = None,
+        help=" | ".join(samplers.names()) + " (Optuna's; auto: by the space and the trials' "
+        "length, named with its reason when a run starts) [default: auto]")] = None,
     pruner: Annotated[str | None, typer.Option(
-        help=" | ".join(PRUNERS) + " (stop unpromising trials early) [default: median]")] = None,
+        help=" | ".join(pruners.names()) + " (stop unpromising trials early) "
+        "[default: median]")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     llm_model_path: Annotated[str | None, typer.Option(

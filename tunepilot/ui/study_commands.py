@@ -160,9 +160,14 @@ def rerun(
         typer.echo(f"difference: {again.difference:+.2e}")
 
 
-def _where(storage: str | None, study: str | None, config: Path | None) -> tuple[str, str | None]:
-    """The storage URL and study name that flags and a config file name."""
+def _where(storage: str | None, study: str | None, config: Path | None) -> tuple[str, str]:
+    """The storage URL and the study that flags and a config file name; with none named, the
+    only or the newest study, said on stderr (stdout stays the command's output)."""
     from tunepilot.config import load_config
+    from tunepilot.memory.store import choose_study
 
     cfg = load_config(config, storage=storage, study=study)
-    return cfg.storage, cfg.study_name() if (cfg.study or config) else study
+    name, said = choose_study(cfg.storage, cfg.study_name() if (cfg.study or config) else study)
+    if said:
+        typer.echo(said, err=True)
+    return cfg.storage, name

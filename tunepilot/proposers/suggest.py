@@ -5,7 +5,8 @@ A suggester reads the history and proposes the next config::
     class Suggester(Protocol):
         def __call__(self, space: SearchSpace, history: History) -> Suggestion | None: ...
 
-Returning None declines the trial (the Optuna sampler proposes it: how `hybrid` takes turns);
+Returning None declines the trial (the Optuna sampler proposes it: how `hybrid` takes turns,
+`review.earned_turns`);
 raising `SuggestionFailed` hands it to the same sampler as a fallback, with the reason recorded,
 so a failing LLM never stops a search. Because `AgentSampler` is an ordinary
 `optuna.samplers.BaseSampler`, it drops into any Optuna study, and several workers coordinate
@@ -93,21 +94,6 @@ class SuggestionSkipped(SuggestionFailed):
     spent); the sampler takes the trial and the reason is recorded."""
 
 
-def alternate(suggester: Suggester, *, startup: int = 3, every: int = 2) -> Suggester:
-    """The `hybrid` strategy: `suggester` proposes the first `startup` trials (where an LLM's
-    prior knowledge helps most), then every `every`-th trial; Optuna's sampler the others. Both
-    read the same history.
-    """
-
-    def hybrid(space: SearchSpace, history: History) -> Suggestion | None:
-        n = len(history)
-        if n < startup or (every and (n - startup) % every == 0):
-            return suggester(space, history)
-        return None
-
-    return hybrid
-
-
 _CLASH_ATTEMPTS = 2  # asks of the suggester when another worker took its config meanwhile
 _REDRAWS = 8  # draws of the sampler's after the first that repeated a trial's config
 _REDRAW_STRIDE = 1_000_003  # a redraw's seed: the trial number's, this far apart per attempt
@@ -184,11 +170,11 @@ class AgentSampler(BaseSampler):
     def _candidate(self, study: optuna.Study, trial: FrozenTrial,
                    search_space: dict[str, BaseDistribution]) -> Candidate:
         """The fallback sampler's config for `trial` (see `_draw`) and its state."""
-        from tunepilot.agent.sampler_state import describe_sampler, sampler_name
+        from tunepilot.proposers import samplers
 
         params = self._draw(study, trial, search_space)
         sampler = self.fallback
-        return Candidate(params, sampler_name(sampler), lambda: describe_sampler(
+        return Candidate(params, samplers.label(sampler), lambda: samplers.describe(
             sampler, study, self.space, search_space, params))
 
     def _draw(self, study: optuna.Study, trial: FrozenTrial,

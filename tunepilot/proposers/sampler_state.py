@@ -1,6 +1,6 @@
 """What an Optuna sampler has learned, in a few lines: shown with its candidate to a reviewing
 model (the `review` strategy). TPE: the region its "good" group covers; CMA-ES: its mean and step
-size; random search: nothing."""
+size; random search: nothing. The registry (`samplers`) names each kind's view."""
 
 from __future__ import annotations
 
@@ -18,58 +18,60 @@ if TYPE_CHECKING:
 GOOD_GROUP = "TPE draws near its 'good' group"  # starts the line that gives its span
 
 
-def sampler_name(sampler: Any) -> str:
-    from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
-
-    for kind, name in ((TPESampler, "TPE"), (CmaEsSampler, "CMA-ES"),
-                       (RandomSampler, "random search")):
-        if isinstance(sampler, kind):
-            return name
-    return type(sampler).__name__
-
-
-def describe_sampler(sampler: Any, study: optuna.Study, space: SearchSpace,
-                     search_space: Mapping[str, BaseDistribution],
-                     candidate: Mapping[str, Any] | None = None) -> list[str]:
-    """What the sampler has learned, in a few lines for the prompt; with TPE, which of the
-    `candidate`'s values lie outside its good group (TPE exploring, not a mistake)."""
-    from optuna.samplers import CmaEsSampler, RandomSampler, TPESampler
+def _finished(study: optuna.Study) -> tuple[list[Any], int]:
     from optuna.trial import TrialState
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    n = len(complete)
-    if isinstance(sampler, TPESampler):
-        # Counted as Optuna's TPE counts: its start-up and its good group's size are over the
-        # complete and the pruned trials; the good group is the best complete ones first.
-        pruned = len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
-        finished = n + pruned
-        split = f"{n} complete, {pruned} pruned" if pruned else ""
-        startup = getattr(sampler, "_n_startup_trials", 10)
-        if finished < startup:
-            return [f"TPE samples at random until {startup} trials are finished ({finished} "
-                    f"are{': ' + split if split else ''}): this candidate is a random draw"]
-        if not complete:
-            return [f"TPE models its {finished} finished trials, all pruned: no complete "
-                    "trial to show"]
-        from optuna.samplers._tpe.sampler import default_gamma
+    pruned = len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,)))
+    return complete, pruned
 
-        gamma = getattr(sampler, "_gamma", None) or default_gamma
-        good = sorted(complete, key=lambda t: float(t.value or 0.0))[:gamma(finished)]
-        lines = [f"{GOOD_GROUP}, the best {len(good)} of its {finished} "
-                 f"finished trials{f' ({split})' if split else ''}, which spans: "
-                 + _spans(good, space)]
-        outside = _outside(candidate or {}, good, space)
-        if outside:
-            lines.append(f"the candidate's {outside} lie outside that span: TPE exploring, "
-                         "as it does on purpose now and then")
-        return lines
-    if isinstance(sampler, CmaEsSampler):
-        state = _cma_state(sampler, complete, search_space)
-        return [state] if state else [
-            f"CMA-ES has not started its search distribution yet ({n} trials complete)"]
-    if isinstance(sampler, RandomSampler):
-        return ["random search has no model: every candidate is a random draw"]
-    return []
+
+def describe_tpe(sampler: Any, study: optuna.Study, space: SearchSpace,
+                 search_space: Mapping[str, BaseDistribution],
+                 candidate: Mapping[str, Any] | None = None) -> list[str]:
+    """TPE's good group, in a few lines for the prompt, and which of the `candidate`'s values
+    lie outside it (TPE exploring, not a mistake)."""
+    complete, pruned = _finished(study)
+    n = len(complete)
+    # Counted as Optuna's TPE counts: its start-up and its good group's size are over the
+    # complete and the pruned trials; the good group is the best complete ones first.
+    finished = n + pruned
+    split = f"{n} complete, {pruned} pruned" if pruned else ""
+    startup = getattr(sampler, "_n_startup_trials", 10)
+    if finished < startup:
+        return [f"TPE samples at random until {startup} trials are finished ({finished} "
+                f"are{': ' + split if split else ''}): this candidate is a random draw"]
+    if not complete:
+        return [f"TPE models its {finished} finished trials, all pruned: no complete "
+                "trial to show"]
+    from optuna.samplers._tpe.sampler import default_gamma
+
+    gamma = getattr(sampler, "_gamma", None) or default_gamma
+    good = sorted(complete, key=lambda t: float(t.value or 0.0))[:gamma(finished)]
+    lines = [f"{GOOD_GROUP}, the best {len(good)} of its {finished} "
+             f"finished trials{f' ({split})' if split else ''}, which spans: "
+             + _spans(good, space)]
+    outside = _outside(candidate or {}, good, space)
+    if outside:
+        lines.append(f"the candidate's {outside} lie outside that span: TPE exploring, "
+                     "as it does on purpose now and then")
+    return lines
+
+
+def describe_cmaes(sampler: Any, study: optuna.Study, space: SearchSpace,
+                   search_space: Mapping[str, BaseDistribution],
+                   candidate: Mapping[str, Any] | None = None) -> list[str]:
+    """CMA-ES's mean and step size."""
+    complete, _ = _finished(study)
+    state = _cma_state(sampler, complete, search_space)
+    return [state] if state else [
+        f"CMA-ES has not started its search distribution yet ({len(complete)} trials complete)"]
+
+
+def describe_random(sampler: Any, study: optuna.Study, space: SearchSpace,
+                    search_space: Mapping[str, BaseDistribution],
+                    candidate: Mapping[str, Any] | None = None) -> list[str]:
+    return ["random search has no model: every candidate is a random draw"]
 
 
 def _spans(trials: list[Any], space: SearchSpace) -> str:

@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import tenacity
 
-from tunepilot.agent.answers import answer_schema, parse_answer
-from tunepilot.agent.health import Health
-from tunepilot.agent.llm import cost_usd
-from tunepilot.agent.sampler_state import GOOD_GROUP
-from tunepilot.agent.suggest import Candidate, Suggestion, SuggestionFailed
-from tunepilot.agent.transport import describe_error as _describe
-from tunepilot.agent.transport import is_transient, wait_for
+from tunepilot.llm.health import Health
+from tunepilot.llm.models import cost_usd
+from tunepilot.llm.transport import describe_error as _describe
+from tunepilot.llm.transport import is_transient, wait_for
 from tunepilot.memory import History, readable
 from tunepilot.memory.compact import compact
 from tunepilot.memory.insights import insights
 from tunepilot.memory.repeats import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.text import format_params, trial_line
 from tunepilot.prompts import render
+from tunepilot.proposers.answers import answer_schema, parse_answer
+from tunepilot.proposers.sampler_state import GOOD_GROUP
+from tunepilot.proposers.suggest import Candidate, Suggestion, SuggestionFailed
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from optuna.samplers import BaseSampler
 
 from tests.conftest import quadratic, run_tune, toy_workdir
 from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
-from tunepilot.agent import samplers
-from tunepilot.agent.suggest import AgentSampler
 from tunepilot.errors import ConfigError
+from tunepilot.proposers import samplers
+from tunepilot.proposers.suggest import AgentSampler
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
 
@@ -123,7 +123,7 @@ def test_auto_picks_by_the_space_and_the_trial():
 def test_autos_choices_follow_the_first_trials_not_chance_while_cma_es_draws_the_numbers():
     """Under `auto`'s CMA-ES the choices are TPE's from the first finished trial: after a
     default whose choice was best, trial 1 keeps it (TPE's 10 random start-up draws left it to
-    a 1-in-5 chance; bench/README.md, "Time to a target")."""
+    a 1-in-5 chance; bench/README.md#the-default-sampler)."""
     space = SearchSpace.of(x=Float(-10.0, 10.0, default=0.0), y=Float(-10.0, 10.0),
                            batch=Categorical([256, 512, 1024, 2048, 4096], default=256))
 
@@ -290,3 +290,28 @@ def test_tune_version_prints_the_version(tmp_path: Path):
 
     out = run_tune("--version", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == f"tunepilot {version('tunepilot')}"
+
+
+def test_a_sampler_registered_in_one_place_is_taken_everywhere(monkeypatch):
+    """docs/development.md, "Adding a sampler": one registry entry, and the config, `tune
+    init`'s file, the tuner and a reviewing model's label all know it."""
+    from tunepilot.config import load_config, starter
+
+    def qmc(seed, space, number):
+        return optuna.samplers.QMCSampler(seed=seed, warn_independent_sampling=False)
+
+    monkeypatch.setitem(samplers.REGISTRY, "qmc", samplers.SamplerKind(
+        "qmc", qmc, help="Sobol points (Optuna's QMCSampler)", label="QMC",
+        owns=lambda s: isinstance(s, optuna.samplers.QMCSampler)))
+    assert load_config(sampler="qmc").sampler == "qmc"
+    assert "| qmc" in starter()
+    tuner = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:",
+                  study="qmc", sampler="qmc", pruner="none", display=None)
+    assert tuner.first_lines == ["sampler: qmc (--sampler qmc)"]
+    result = tuner.run(n_trials=4)
+    assert result.n_finished == 4
+    drawn = tuner.study.sampler.fallback
+    assert isinstance(drawn, optuna.samplers.QMCSampler) and samplers.label(drawn) == "QMC"
+    monkeypatch.delitem(samplers.REGISTRY, "qmc")
+    with pytest.raises(ConfigError, match="Unknown sampler 'qmc'"):
+        Tuner(trainers.callable(quadratic), SPACE, sampler="qmc")

@@ -48,6 +48,7 @@ class LLMSettings:
     timeout: float = 60.0  # seconds per request; a slow local model may need more
     prices: Mapping[str, tuple[float, float]] | None = None
     model_path: str | None = None  # a GGUF file for --llm local
+    attempts: int = 3  # answers a turn asks for before the sampler takes the trial
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def choose(settings: LLMSettings) -> Choice:
         if os.environ.get("OPENAI_API_KEY"):
             return _choose_spec("openai:gpt-4o-mini", settings,
                                 "--llm auto: OPENAI_API_KEY is set, so openai:gpt-4o-mini")
-        from tunepilot.agent import local
+        from tunepilot.llm import local
 
         if local.available(settings.model_path):
             return Choice(local.chat_model(settings), "local",
@@ -82,7 +83,7 @@ def choose(settings: LLMSettings) -> Choice:
 
 def _choose_spec(spec: str, settings: LLMSettings, reason: str) -> Choice:
     if spec == "local":
-        from tunepilot.agent import local
+        from tunepilot.llm import local
 
         return Choice(local.chat_model(settings), "local",
                       f"{reason}: {local.label(settings.model_path)}")

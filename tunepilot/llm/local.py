@@ -83,8 +83,8 @@ def chat_model(settings: Any) -> LocalChatModel:
 
 @functools.lru_cache(maxsize=2)
 def _load(model_path: str, n_ctx: int, n_threads: int) -> Any:
-    # Measured on 2 busy cores: one thread and a passive OpenMP wait took a suggestion from ~10 s
-    # to ~3 s; both must be set before llama_cpp is imported.
+    # One thread and a passive OpenMP wait: the model shares the cores with training, which a
+    # spinning wait slows, and itself; both must be set before llama_cpp is imported.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from llama_cpp import Llama
 

@@ -21,19 +21,18 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tunepilot.agent.suggest import Candidate, Suggester, Suggestion, SuggestionSkipped
 from tunepilot.memory import History, trust
+from tunepilot.proposers.suggest import Candidate, Suggester, Suggestion, SuggestionSkipped
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
-    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.proposers.llm_suggester import LLMSuggester
 
 WINDOW = 20  # overrides are counted over the last WINDOW trials
 LLM_TIME_SHARE = 0.2  # of the search's wall time, at most, waiting for the model
 # What a first turn of the embedded model costs before one is measured: its whole prompt is
-# evaluated cold (the demo's first turn took 8 s on this 2-core VM, bench/llm_turns.py's 14.5 s
-# at 30 trials). Without it the first turn was always taken, and alone took a demo of 2-second
-# trials to 14% of its time against a cap of 5%.
+# evaluated cold (bench/README.md#the-embedded-model). Unpriced, the first turn was always
+# taken, and alone took a demo of short trials past its cap of the wall time.
 EMBEDDED_FIRST_TURN_S = 8.0
 
 

@@ -17,36 +17,44 @@ sampler takes the turn.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tunepilot.agent.review import (
-    EMBEDDED_FIRST_TURN_S,
-    LLM_TIME_SHARE,
-    WINDOW,
-    Reviewer,
-    earned_turns,
-    paced,
-)
-from tunepilot.agent.suggest import Suggester
-from tunepilot.config import STRATEGIES
 from tunepilot.errors import ConfigError, one_of
-from tunepilot.memory import redact, trust
+
+if TYPE_CHECKING:
+    from tunepilot.proposers.suggest import Suggester
+
+# The names the config and the CLI accept (auto: `agent` says what it means). This module is
+# read by `tune --help`: what builds a strategy is imported when one is built.
+STRATEGIES = ("auto", "optuna", "review", "llm", "hybrid")
 
 
 def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
-          target: float | None = None, attempts: int = 3,
-          optuna_line: str = "auto sampler", llm_time_share: float | None = None,
-          max_override_share: float | None = None,
+          target: float | None = None, optuna_line: str = "auto sampler",
+          llm_time_share: float | None = None, max_override_share: float | None = None,
           metric: str = "validation loss") -> tuple[Suggester | None, Any, str]:
-    """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm"), the LLM
-    suggester inside it (None without a model), and a line saying what was chosen and why.
+    """The suggester for an LLM and a strategy ("auto", "review", "hybrid", "llm", or
+    "optuna": none), the LLM suggester inside it (None without a model), and a line saying what
+    was chosen and why. The one way a strategy is built: `Tuner(llm=..., strategy=...)` calls
+    it, for a notebook and for `tune run` alike.
 
     `llm`: a spec ("openai:gpt-4o-mini", "local", "auto", "none"), `LLMSettings`, or a
     langchain chat model.
     """
-    from tunepilot.agent.llm import Choice, LLMSettings, choose
-    from tunepilot.agent.llm_suggester import LLMSuggester
+    from tunepilot.llm.models import Choice, LLMSettings, choose
+    from tunepilot.memory import redact, trust
+    from tunepilot.proposers.llm_suggester import LLMSuggester
+    from tunepilot.proposers.review import (
+        EMBEDDED_FIRST_TURN_S,
+        LLM_TIME_SHARE,
+        WINDOW,
+        Reviewer,
+        earned_turns,
+        paced,
+    )
 
+    if strategy == "optuna":
+        return None, None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
     strategies = tuple(s for s in STRATEGIES if s != "optuna")
     if strategy not in strategies:
         raise ConfigError(f"Unknown strategy {strategy!r} with an LLM; expected "
@@ -74,20 +82,21 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     # The shipped 135M model, not a GGUF file of the user's (--llm-model-path).
     embedded = choice.name == "local" and not settings.model_path
     if strategy == "auto" and embedded and settings.spec.strip() == "auto":
-        # bench/README.md: reviewing TPE's candidates on HPOBench (40 runs of 20 trials), it
-        # left 38 searches exactly TPE's, one better and one worse, at 5-9 s a turn; on the
-        # built-in task its turns made no target come sooner. A default that buys nothing with
+        # Its reviews measured level with no model, at seconds of CPU a turn
+        # (bench/README.md#the-embedded-model). A default that buys nothing with
         # the user's time is not taken; naming it (--llm local) or a strategy (--strategy
         # review) still asks it.
         return None, None, (
             f"strategy: optuna ({optuna_line}): Optuna proposes every trial. --llm auto found "
             "no OPENAI_API_KEY, only the embedded demonstration model (SmolLM2-135M), whose "
-            "reviews measured no gain over Optuna alone (bench/README.md), so it is not asked; "
+            "reviews measured no gain over Optuna alone (bench/README.md#the-embedded-model), "
+            "so it is not asked; "
             "--strategy review asks it anyway. For an LLM worth its turns: OPENAI_API_KEY, "
             "--llm-base-url URL, or --llm-model-path FILE.gguf")
     strategy = "review" if strategy == "auto" else strategy
-    # The embedded model runs on the CPU that trains (~10 ms a prompt token on 2 cores) and its
-    # notes are noise: it gets a shorter prompt, no notes, fewer attempts and fewer turns.
+    # The embedded model runs on the CPU that trains (every prompt token costs a trial's time;
+    # bench/README.md#the-embedded-model) and its notes are noise: it gets a shorter prompt, no
+    # notes, fewer attempts and fewer turns.
     small = embedded
     capped = llm_time_share is not None or not named
     if llm_time_share is None:
@@ -95,7 +104,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     llm_suggester = LLMSuggester(choice.model, model_name=choice.name, task=task,
                                  metric=metric,
                                  n_trials=n_trials, target=target, prices=settings.prices,
-                                 attempts=min(attempts, 2) if small else attempts,
+                                 attempts=min(settings.attempts, 2) if small
+                                 else settings.attempts,
                                  history_k=3 if small else 5, notes=not small,
                                  first_turn_s=EMBEDDED_FIRST_TURN_S if small else 0.0)
     where = f" at {redact(settings.base_url)}" if settings.base_url else ""
@@ -106,7 +116,8 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
         share = (f"up to {max_override_share:.0%} of them" if max_override_share is not None
                  else f"the share its record earns ({trust.EVEN_SHARE:.0%} to start, "
                  f"{trust.FLOOR:.0%} to {trust.CEILING:.0%} of any {WINDOW} trials)")
-        # bench/search.py (bench/README.md): see "review" there for the measured effect.
+        # What review with an earned share does:
+        # bench/README.md#what-a-models-knowledge-buys-and-its-trust
         return (Reviewer(llm_suggester, max_override_share, llm_time_share), llm_suggester,
                 f"strategy: review (Optuna's {optuna_line} proposes every trial; {choice.name}"
                 f"{where} reviews each candidate and may override {share}{pace}); "
