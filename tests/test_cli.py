@@ -22,6 +22,13 @@ import time
 def quadratic(config, report):
     return (config["x"] - 2.0) ** 2
 
+def lr_epochs(config, report):  # the parameters `tune init` writes for a trainer of one's own
+    loss = 1.0
+    for epoch in range(1, config["epochs"] + 1):
+        loss = abs(config["lr"] - 1e-3) + config["dropout"] + 1.0 / epoch
+        report(epoch, loss)
+    return loss
+
 def sleepy(config, report):  # slow while the file "slow" is there
     if os.path.exists("slow"):
         time.sleep(30)
@@ -262,3 +269,97 @@ def test_tune_prompt_of_a_review_study_shows_the_candidate_the_next_trial_draws(
     trial = optuna.load_study(study_name="toy-quadratic", storage=storage).trials[4]
     assert trial.user_attrs["proposer"] == "optuna"  # accepted
     assert shown == format_params(trial.params), (shown, trial.params)
+
+
+# The first week of a new user.
+
+def test_a_flag_wins_over_the_file_tune_init_wrote(workdir):
+    """`tune init` puts `epochs = 3` in [space]; `--epochs 1` trains 1 epoch, says where the
+    value came from, and a later change of it is refused as the change it is."""
+    assert run_tune("init", "--trainer", "toy:lr_epochs", cwd=workdir).returncode == 0
+    done = run_tune("run", "--config", "tune.toml", "--epochs", "1", "--n-trials", "2",
+                    "--llm", "none", "--no-isolate", cwd=workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "epochs = 1 (flag; the file says 3)" in done.stdout
+    assert "epochs = 1 (fixed)" in done.stdout  # the search space as the run uses it
+    assert "--epochs 1" in done.stdout  # the resume command
+    trials = optuna.load_study(study_name="toy-lr_epochs",
+                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
+    assert all(len(t.intermediate_values) == 1 for t in trials)
+    changed = run_tune("run", "--config", "tune.toml", "--epochs", "2", "--n-trials", "3",
+                       "--llm", "none", "--no-isolate", cwd=workdir)
+    assert changed.returncode == 2 and "space.fixed.epochs: 1 -> 2" in changed.stderr
+
+
+def test_show_and_best_read_the_newest_of_several_studies_and_say_which(workdir):
+    for study in ("first", "second"):
+        done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm",
+                        "none", "--n-trials", "2", "--study", study, cwd=workdir)
+        assert done.returncode == 0, done.stderr
+    show = run_tune("show", cwd=workdir)
+    assert show.returncode == 0, show.stderr
+    assert ("study second (the newest of 2 in sqlite:///tunepilot.db; the others: first; pick "
+            "one with --study NAME)") in show.stderr
+    assert "study second: " in show.stdout
+    best = run_tune("best", cwd=workdir)
+    assert best.returncode == 0 and "study second (the newest" in best.stderr
+    assert "x" in json.loads(best.stdout)  # stdout stays the JSON alone
+    named = run_tune("show", "--study", "first", cwd=workdir)
+    assert named.returncode == 0 and "newest" not in named.stderr
+
+
+def test_a_new_study_says_where_its_warm_start_comes_from_after_its_own_default(workdir):
+    (workdir / "toy.toml").write_text(
+        '[space]\nx = { type = "float", low = -10.0, high = 10.0, default = 0.0 }\n')
+    args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
+    assert run_tune(*args, "--n-trials", "4", "--study", "one", cwd=workdir).returncode == 0
+    two = run_tune(*args, "--n-trials", "2", "--study", "two", cwd=workdir)
+    assert two.returncode == 0, two.stderr
+    assert "warm start: from study one (the same trainer, data and parameters)" in two.stdout
+    assert "runs as trial 1" in two.stdout
+    assert "warm start: from study one" in (workdir / "tunepilot-runs" / "two.log").read_text()
+    trials = optuna.load_study(study_name="two",
+                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
+    assert trials[0].params == {"x": 0.0}  # the space's default is trial 0, as docs/cli.md says
+    assert trials[1].user_attrs.get("warm_start_from") == "one"
+
+
+def test_a_clean_run_leaves_only_its_database_and_its_runs_folder(workdir):
+    before = {p.name for p in workdir.iterdir()}
+    done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm",
+                    "none", "--n-trials", "2", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    assert {p.name for p in workdir.iterdir()} - before - {"__pycache__"} == {
+        "tunepilot.db", "tunepilot-runs"}
+
+
+def test_damaged_storage_is_named_with_advice_that_fits_it(workdir):
+    args = ("--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
+    assert run_tune("run", *args, "--n-trials", "3", "--storage", "journal:j.log",
+                    cwd=workdir).returncode == 0
+    whole = (workdir / "j.log").read_bytes()
+    (workdir / "j.log").write_bytes(whole[:-25])  # the last record cut short
+    show = run_tune("show", "--storage", "journal:j.log", cwd=workdir)
+    assert_refused(show, "ends in a partial record", "truncate -s")
+    assert (workdir / "j.log").read_bytes() == whole[:-25]  # nothing written there
+    assert run_tune("run", *args, "--n-trials", "3", cwd=workdir).returncode == 0
+    db = (workdir / "tunepilot.db").read_bytes()
+    (workdir / "tunepilot.db").write_bytes(db[: len(db) // 3])
+    show = run_tune("show", cwd=workdir)
+    assert_refused(show, "The SQLite file tunepilot.db is damaged", ".recover")
+    assert "mysql" not in show.stderr.lower()
+
+
+def test_small_things_a_new_user_tripped_on(workdir):
+    assert run_tune("init", "--trainer", "toy:lr_epochs", "-o", "mine.toml",
+                    cwd=workdir).returncode == 0
+    text = (workdir / "mine.toml").read_text()
+    assert text.startswith("# mine.toml: what `tune run --config mine.toml` searches")
+    # Its commented [[start]] example, uncommented, is a config of its own space.
+    (workdir / "mine.toml").write_text(text.replace("# [[start]]\n# lr = 3e-3\n# batch_size",
+                                                    "[[start]]\nlr = 3e-3\nbatch_size"))
+    done = run_tune("run", "--config", "mine.toml", "--n-trials", "2", "--llm", "none",
+                    "--no-isolate", cwd=workdir)
+    assert done.returncode == 0, done.stdout + done.stderr
+    null = run_tune("run", "--data", "criteo:/dev/null", "--llm", "none", cwd=workdir)
+    assert_refused(null, "/dev/null is not a regular file")

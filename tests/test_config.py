@@ -1,7 +1,7 @@
 import pytest
 
 from tunepilot import ConfigError, load_config
-from tunepilot.config import parse_duration
+from tunepilot.config import parse_duration, read_config
 
 
 def test_toml_file_with_flags_overriding(tmp_path):
@@ -61,3 +61,41 @@ def test_durations(text, seconds):
 def test_default_study_name_is_stable_so_a_rerun_resumes():
     assert load_config().study_name() == "lightning-synthetic"
     assert load_config(trainer="my_pkg.mod:fn").study_name() == "my_pkg.mod-fn"
+
+
+# Precedence, one rule everywhere: built-in defaults < the file < the environment < flags.
+
+def test_each_layer_overrides_the_one_before(tmp_path):
+    path = tmp_path / "tune.toml"
+    path.write_text('n_trials = 30\nstorage = "sqlite:///file.db"\n[space]\nepochs = 3\n')
+    env = {"TUNEPILOT_STORAGE": "sqlite:///env.db"}
+    cfg, sources = read_config(environ={})
+    assert (cfg.n_trials, cfg.epochs, cfg.storage) == (20, 3, "sqlite:///tunepilot.db")
+    assert sources.line(cfg) is None  # all at their defaults: nothing to say
+    cfg, sources = read_config(path, environ={})
+    assert (cfg.n_trials, cfg.epochs, cfg.storage) == (30, 3, "sqlite:///file.db")
+    cfg, sources = read_config(path, environ=env)
+    assert cfg.storage == "sqlite:///env.db"
+    assert "storage = sqlite:///env.db (environment; the file says sqlite:///file.db)" in \
+        sources.line(cfg)
+    cfg, sources = read_config(path, environ=env, storage="sqlite:///flag.db", epochs=1)
+    assert (cfg.storage, cfg.epochs, cfg.space["epochs"]) == ("sqlite:///flag.db", 1, 1)
+    line = sources.line(cfg)
+    assert "epochs = 1 (flag; the file says 3)" in line and "n_trials = 30 (file)" in line
+    assert ("storage = sqlite:///flag.db (flag; the file says sqlite:///file.db; the "
+            "environment says sqlite:///env.db)") in line
+
+
+def test_a_flag_cannot_fix_what_the_file_tunes(tmp_path):
+    path = tmp_path / "tune.toml"
+    path.write_text('[space]\nepochs = { type = "int", low = 1, high = 9 }\n')
+    with pytest.raises(ConfigError, match="--epochs 2 fixes epochs, which \\[space\\] in"):
+        load_config(path, epochs=2)
+    path.write_text('epochs = 4\n[space]\nepochs = 3\n')
+    with pytest.raises(ConfigError, match="epochs is set twice"):
+        load_config(path)
+
+
+def test_no_password_in_the_settings_line():
+    cfg, sources = read_config(environ={}, storage="postgresql://me:s3cret@db:5432/tune")
+    assert "s3cret" not in sources.line(cfg) and "postgresql://me:" in sources.line(cfg)

@@ -209,6 +209,15 @@ def test_an_outage_costs_seconds_per_trial_with_the_breaker(storage):
     assert len(server.requests) < 3 * 4 + 8  # three full turns, then single probes
     sat_out = [t for t in result.history if t.fallback_reason.startswith("LLM sitting out")]
     assert len(sat_out) >= 10
+    # The summary counts from the records: the turns with a request, those it sat out, and
+    # the fallbacks said as the trial lines said them (unreachable, not "no valid answer").
+    from tunepilot.ui.display import summary_lines
+
+    [line] = [x for x in summary_lines(result) if x.startswith("LLM:")]
+    asked = 20 - len(sat_out)
+    assert f"LLM: asked on {asked} trials" in line
+    assert f"{asked} fell back to the sampler (unreachable)" in line
+    assert f"sat out {len(sat_out)} turns" in line and "no valid answer" not in line
 
 
 def test_a_model_that_answers_garbage_sits_out_and_is_probed(storage):

@@ -132,6 +132,23 @@ def _two_params(config, report):
     return (config["x"] - 2) ** 2 + abs(config["lr"] - 0.01)
 
 
+def test_no_trial_is_drawn_white_in_the_parallel_coordinates():
+    """Optuna colours the lines by value from white: the worst trial's was invisible."""
+    import optuna
+    from matplotlib.collections import LineCollection
+
+    from tunepilot.ui import plots
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: t.suggest_float("x", 0, 1) + t.suggest_float("y", 0, 1),
+                   n_trials=8)
+    fig = plots.parallel_figure(study)
+    [lines] = [c for ax in fig.axes for c in ax.collections
+               if isinstance(c, LineCollection) and c.get_array() is not None]
+    rgba = lines.get_cmap()(lines.norm(lines.get_array()))
+    assert len(rgba) == 8 and (rgba[:, :3].mean(axis=1) < 0.8).all()
+
+
 def test_load_reads_a_study_another_process_is_writing(tmp_path):
     workdir = toy_workdir(tmp_path, "import time\n\ndef slow(config, report):\n"
                                     "    time.sleep(0.4)\n    return (config['x'] - 2) ** 2\n")

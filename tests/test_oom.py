@@ -11,6 +11,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from tunepilot import Float, SearchSpace, Tuner, trainers
 from tunepilot.memory import History
 from tunepilot.proposers.llm_suggester import LLMSuggester
+from tunepilot.ui.display import trial_line
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0))
 
@@ -45,7 +46,9 @@ def test_an_oom_fails_the_trial_names_the_device_and_the_search_goes_on(storage,
     assert [t.number for t in ooms] == [0, 1, 2]
     for t in ooms:
         assert t.error["kind"] == "oom"
-        assert "[on " in t.error["message"] and t.error["device"]
+        assert t.error["message"].startswith("[on ") and t.error["device"]
+        # The device first: a line cut for the terminal loses the message's tail, not "]".
+        assert "]" in trial_line(t, result.history)
     prompt = LLMSuggester(FakeListChatModel(responses=["{}"]), model_name="m", task="t",
                           n_trials=5).prompt(SPACE, History.from_study(tuner.study))
     assert "FAILED (oom:" in prompt and "[on " in prompt
@@ -76,3 +79,10 @@ def test_the_built_in_trainers_report_their_peak():
         result = trainers.from_spec(kind, data)({"lr": 1e-3, "batch_size": 512, "epochs": 1},
                                                 no_report)
         assert result.peak_memory_mb and result.peak_memory_mb > 10, kind
+
+
+def test_an_empty_memory_error_reads_as_its_name():
+    from tunepilot.errors import describe
+
+    assert describe(MemoryError())["message"] == "MemoryError"
+    assert describe(MemoryError("no room"))["message"] == "MemoryError: no room"

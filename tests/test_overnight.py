@@ -106,8 +106,10 @@ def test_kill_9_then_resume_loses_nothing_says_so_and_honours_the_budget(workdir
                      timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
     said = (f"trial {running.number} was left running by a process that stopped (killed?): "
-            "marked failed; its config runs again")
+            "marked failed; its config runs again, as trial ")
     assert said in again.stdout
+    # The trials done before the kill, not counting the one this run found dead and failed.
+    assert f"(resuming: {len(completed)} trials done)" in again.stdout
     assert said in (workdir / "tunepilot-runs" / "toy-slowish.log").read_text()
     assert "budget of 8 trials used" in again.stdout
     after = {t.number: t for t in trials(workdir, "toy-slowish", url)}
@@ -121,3 +123,8 @@ def test_kill_9_then_resume_loses_nothing_says_so_and_honours_the_budget(workdir
     retried = [t for t in after.values()
                if t.number > running.number and t.params == running.params]
     assert retried and retried[0].state.name == "COMPLETE"  # re-run once with the same config
+    # The retry is a trial of its own: not the killed one's error, nor its note.
+    from tunepilot.memory import TrialRecord
+
+    record = TrialRecord.from_frozen(after[retried[0].number])
+    assert record.error is None and record.why == "" and record.train is not None

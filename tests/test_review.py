@@ -288,8 +288,8 @@ def test_the_report_says_why_importance_is_missing_and_prints_the_best_config_re
     tuner.run(n_trials=5)
     history = History.from_study(tuner.study)
     page = render_html(tuner.study, history)
-    assert ("Parameter importance is drawn from 10 complete trials of 2 or more tuned "
-            "parameters on; this study has 5 complete trials of 2 parameters.") in page
+    assert ("Parameter importance needs at least 10 complete trials and 2 tuned parameters; "
+            "this study has 5 complete trials of 2 tuned parameters.") in page
     x = history.best_trial.params["x"]
     assert f"<td>{x:.4g}</td>" in page and f"<td>{x!r}</td>" not in page
     assert "x above 5 never helped" in page  # the person's hints are in it
@@ -377,8 +377,10 @@ def test_the_review_prompt_gives_the_best_trials_span_once():
         tpe, study, SPACE, SPACE.distributions(), config))
     reviewing = llm.prompt(SPACE, history, candidate=candidate, overrides_left=3)
     assert "TPE draws near its 'good' group, the best 2 of its 14" in reviewing
-    assert "(top 20%) span" not in reviewing
-    assert "Best 3 trials (top 20%) span: x " in llm.prompt(SPACE, history)
+    assert "complete trials (top" not in reviewing
+    # The share is the one counted: 3 of 14 (Best 3 trials "(top 20%)" was said of 3 of 5 too).
+    assert "Best 3 of 14 complete trials (top 21%) span: x " in llm.prompt(SPACE, history)
     young = Candidate(config, "TPE", lambda: ["TPE samples at random until 10 trials are "
                                                "finished (4 are): this candidate is a random draw"])
-    assert "(top 20%) span" in llm.prompt(SPACE, history, candidate=young, overrides_left=3)
+    assert "complete trials (top 21%) span" in llm.prompt(SPACE, history, candidate=young,
+                                                          overrides_left=3)

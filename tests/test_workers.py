@@ -140,6 +140,11 @@ def test_killed_worker_trial_fails_and_is_rerun(workdir, study_name):
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == killed.number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
     assert retry[0].params == killed.params
+    # The survivor that found it said so on its terminal and in the study's log, where it did.
+    said = (f"trial {killed.number} of another worker went silent for 3 s (killed, or its "
+            f"machine lost): marked failed; its config runs again, as trial {retry[0].number}")
+    assert any(said in out for out in outputs), outputs
+    assert said in (workdir / "tunepilot-runs" / f"{study_name}.log").read_text()
     # Nothing completed is lost; the killed trial's budget passed to its retry.
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 14 and len(trials) == 15

@@ -1,6 +1,7 @@
 """`TuneConfig`: everything a run needs, read from a TOML/YAML file and/or flags.
 
-Flags override the file. Unknown keys are refused with the list of valid ones, so a typo never
+Built-in defaults < the file < the environment < flags (`read_config` says which gave each
+setting). Unknown keys are refused with the list of valid ones, so a typo never
 silently falls back to a default.
 
 Example ``tune.toml``::
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -173,22 +176,102 @@ class TuneConfig(BaseModel):
         return json.loads(self.model_dump_json())
 
 
-def load_config(path: str | Path | None = None, **overrides: Any) -> TuneConfig:
-    """Reads `path` (TOML or YAML) if given, applies `overrides` that are not None, validates.
+# Settings read from the environment, between the file and the flags (a password in argv
+# shows in ps; the local worker pool tells its workers the LLM server this way).
+ENVIRONMENT = {"storage": "TUNEPILOT_STORAGE", "llm_base_url": "TUNEPILOT_LLM_BASE_URL"}
+# Settings a file may also give as a fixed value in [space]: a flag or the environment wins there
+# too.
+_ALSO_IN_SPACE = ("epochs", "seed")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where each setting of a `TuneConfig` came from: "file", "environment" or "flag" (a
+    setting at its built-in default has none), and the values a later layer overrode."""
+
+    origin: Mapping[str, str] = field(default_factory=dict)
+    overridden: Mapping[str, tuple[tuple[str, Any], ...]] = field(default_factory=dict)
+
+    def line(self, cfg: TuneConfig) -> str | None:
+        """The settings that differ from the built-in defaults, each with its source:
+        ``settings: n_trials = 40 (flag), epochs = 1 (flag; the file says 3)``."""
+        from tunepilot.memory.redact import redact
+
+        parts = []
+        for key in TuneConfig.model_fields:
+            if key in ("space", "start") or key not in self.origin:
+                continue
+            value = getattr(cfg, key)
+            shown = redact(value) if isinstance(value, str) and "://" in value else value
+            lost = "".join(f"; the {where} says {redact(str(v)) if '://' in str(v) else v}"
+                           for where, v in self.overridden.get(key, ()))
+            parts.append(f"{key} = {shown} ({self.origin[key]}{lost})")
+        return "settings: " + ", ".join(parts) if parts else None
+
+
+def load_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None,
+                **overrides: Any) -> TuneConfig:
+    """Reads `path` (TOML or YAML) if given, then the environment (`ENVIRONMENT`), then
+    `overrides` that are not None (the flags), each over the one before, and validates.
 
     Raises:
         ConfigError: the file is missing or unreadable, a key is unknown, or a value is invalid.
     """
+    return read_config(path, environ=environ, **overrides)[0]
+
+
+def read_config(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None,
+                **overrides: Any) -> tuple[TuneConfig, Sources]:
+    """`load_config`, and where each setting came from. One rule everywhere: built-in defaults
+    < the config file < the environment < flags; a flag for a setting the file fixes in
+    [space] (epochs, seed) replaces it there too."""
     data: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    overridden: dict[str, list[tuple[str, Any]]] = {}
     where = "flags"
     if path is not None:
         data = _read_file(Path(path))
         where = str(path)
-    data.update({k: v for k, v in overrides.items() if v is not None})
+        space = data.get("space")
+        # `epochs = 3` in [space] (as `tune init` writes it) is the file's epochs setting.
+        if isinstance(space, Mapping) and "epochs" in space and not isinstance(
+                space["epochs"], Mapping):
+            if "epochs" in data and data["epochs"] != space["epochs"]:
+                raise ConfigError(
+                    f"Invalid configuration in {where}: epochs is set twice, {data['epochs']} "
+                    f"at the top and {space['epochs']} in [space]; keep one.")
+            data["epochs"] = space["epochs"]  # one value, said once, in both places
+        origin = dict.fromkeys(data, "file")
+    environ = os.environ if environ is None else environ
+    layers = [("environment", {k: environ[v] for k, v in ENVIRONMENT.items()
+                               if environ.get(v)}),
+              ("flag", {k: v for k, v in overrides.items() if v is not None})]
+    for source, values in layers:
+        for key, value in values.items():
+            if key in data and key in origin and data[key] != value:
+                overridden.setdefault(key, []).append((origin[key], data[key]))
+            space = data.get("space")
+            if key in _ALSO_IN_SPACE and isinstance(space, Mapping) and key in space:
+                if isinstance(space[key], Mapping):
+                    raise ConfigError(
+                        f"--{key.replace('_', '-')} {value} fixes {key}, which [space] in {where} "
+                        f"tunes ({space[key]}); drop the flag or the [space] entry.")
+                lost = ("file", space[key])
+                if space[key] != value and lost not in overridden.get(key, []):
+                    overridden.setdefault(key, []).append(lost)
+                data["space"] = {**space, key: value}
+            data[key] = value
+            origin[key] = source
     try:
-        return TuneConfig.model_validate(data)
+        cfg = TuneConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_explain(e, where)) from None
+    # A value given at its default is not news; a value that beat another is.
+    defaults = TuneConfig.model_validate({})
+    origin = {k: v for k, v in origin.items()
+              if k in TuneConfig.model_fields and (getattr(cfg, k) != getattr(defaults, k)
+                                                   or k in overridden)}
+    return cfg, Sources(origin, {k: tuple(v) for k, v in overridden.items()})
 
 
 def _read_file(path: Path) -> dict[str, Any]:
@@ -239,7 +322,7 @@ def _explain(e: ValidationError, where: str) -> str:
     return f"Invalid configuration in {where}: " + "; ".join(parts) + "."
 
 
-def starter(trainer: str = "lightning") -> str:
+def starter(trainer: str = "lightning", name: str = "tune.toml") -> str:
     """A commented ``tune.toml`` to start from (`tune init`): the mission's four parameters,
     the budgets, the target and the storage, ready to edit."""
     builtin = trainer in trainers.BUILTIN
@@ -248,7 +331,8 @@ def starter(trainer: str = "lightning") -> str:
     batch = "[256, 512, 1024, 2048, 4096]" if builtin else "[16, 32, 64, 128, 256]"
     batch_default = 256 if builtin else 64
     target = "0.40" if builtin else "0.0"
-    return f'''# tune.toml: what `tune run --config tune.toml` searches. Flags override this file.
+    return f'''# {name}: what `tune run --config {name}` searches. Flags and the environment
+# override this file.
 trainer = "{trainer}"
 {data}n_trials = 30                    # the study's total trials (a rerun resumes, runs the rest)
 timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
@@ -274,5 +358,5 @@ epochs = 3
 # what one leaves out).
 # [[start]]
 # lr = 3e-3
-# batch_size = 512
+# batch_size = {512 if builtin else 128}
 '''

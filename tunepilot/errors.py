@@ -111,7 +111,8 @@ def describe(e: BaseException) -> dict[str, str]:
     if isinstance(e, (TrialFailed, ConfigError)):  # its message says it all; no type name
         return {"kind": error_kind(e), "message": str(e)[:500], "where": ""}
     text = str(e).strip().splitlines()
-    message = f"{type(e).__name__}: {text[0] if text else ''}"[:500]
+    first = text[0].strip() if text else ""
+    message = (f"{type(e).__name__}: {first}" if first else type(e).__name__)[:500]
     frames = traceback.extract_tb(e.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
     return {"kind": error_kind(e), "message": message, "where": where}

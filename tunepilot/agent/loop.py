@@ -19,6 +19,7 @@ from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import requeue
+from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
     StoppedEarly,
@@ -191,7 +192,8 @@ class Loop:
             if described["kind"] == "oom":
                 # What did not fit where: the agent reads it in its next prompt.
                 described["device"] = device()
-                described["message"] = f"{described['message'][:400]} [on {described['device']}]"
+                described["message"] = (f"[on {described['device']}] "
+                                        f"{clip(described['message'], 400)}")
                 release_device_memory()
             records.error(storage, trial._trial_id, described)
             raise

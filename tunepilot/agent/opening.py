@@ -30,26 +30,35 @@ def opening_size(n_trials: int) -> int:
 
 
 def warm_start(study: optuna.Study, storage: Any, settings: Mapping[str, Any],
-               space: SearchSpace) -> None:
-    """A new study starts from the best configs and notes of a finished one like it."""
+               space: SearchSpace) -> str | None:
+    """A new study starts from a finished one like it (the same trainer, data and parameters):
+    its notes and best configs go into the prompt, and its best config is queued after the
+    study's own first trials. What was taken, in a line (None: no study like it)."""
     found = lookup.warm_start(storage, study.study_name, dict(settings))
     if found is None:
-        return
+        return None
     records.warm_start(study, {k: v for k, v in found.items() if k != "best_params"})
     config = {k: v for k, v in found["best_params"].items() if k in space.params}
-    if set(config) == set(space.params):
-        try:
-            records.enqueue(study, space.snap(config), "enqueued",
-                            warm_start_from=found["study"])
-        except ValueError:
-            pass  # the old best lies outside the new bounds: the prompt still shows it
+    source = (f"warm start: from study {found['study']} (the same trainer, data and "
+              "parameters): its notes and best configs are shown to the model")
+    best = f"its best, trial {found.get('best_number')} ({found.get('best_value'):.4g})"
+    if set(config) != set(space.params):
+        return f"{source}; {best}, is not queued: it lacks parameters of this space"
+    try:
+        snapped = space.snap(config)
+    except ValueError:
+        return f"{source}; {best}, is not queued: it lies outside this space's bounds"
+    number = len(study.get_trials(deepcopy=False))
+    records.enqueue(study, snapped, "enqueued", warm_start_from=found["study"])
+    return (f"{source}; {best}, runs as trial {number}. A study of its own from scratch: "
+            "another --trainer, --data or space, or warm_start=False in Python")
 
 
 def first_trials(study: optuna.Study, space: SearchSpace,
                  start: Sequence[Mapping[str, Any]]) -> None:
-    """A new study's first trials, queued after a warm start's: the space's declared defaults
-    (what a person would try first), then the `start` configs, each once."""
-    trials = study.get_trials(deepcopy=False)  # a warm start's queued trial among them
+    """A new study's first trials: the space's declared defaults (what a person would try
+    first: trial 0), then the `start` configs, each once; a warm start's config after them."""
+    trials = study.get_trials(deepcopy=False)
     queued: list[Mapping[str, Any]] = [t.system_attrs.get("fixed_params") or t.params
                                        for t in trials]
     defaults = space.defaults()

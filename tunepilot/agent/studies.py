@@ -29,6 +29,7 @@ from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.memory.stops import Stop, StopKind
+from tunepilot.memory.store import choose_study
 from tunepilot.proposers.suggest import Candidate
 from tunepilot.runtime import devices, interrupts, pool
 from tunepilot.space import SearchSpace
@@ -75,7 +76,7 @@ def create(cfg: TuneConfig, display: Observer | None = None) -> tuple[Tuner, lis
     check_shared(cfg.storage, "`tune create`")
     tuner, notes = from_config(cfg, display=display)
     tuner.study  # noqa: B018 (creates the study and stores its settings)
-    return tuner, notes
+    return tuner, notes + tuner.take_first_lines()  # a warm start, if it found one
 
 
 def join(storage: str, study: str | None = None, *, display: Observer | None = None,
@@ -84,7 +85,8 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     stored settings, as `tune worker` does. `overrides` replace stored settings that belong to
     this machine: ``llm``, ``llm_base_url``, ``llm_model_path``, ``isolate``."""
     check_shared(storage, "`tune worker`")
-    loaded = load_study(storage, study)
+    name, said = choose_study(storage, study)
+    loaded = load_study(storage, name)
     settings = History.from_study(loaded).settings.get("config")
     if settings is None:
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
@@ -95,7 +97,7 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     cfg = TuneConfig.model_validate({**settings, "storage": storage, "study": loaded.study_name,
                                      **{k: v for k, v in overrides.items() if v is not None}})
     tuner, notes = from_config(cfg, display=display, worker=True)
-    return tuner, cfg, notes
+    return tuner, cfg, ([said] if said else []) + notes
 
 
 def _check_llm_endpoint(study: str, stored: str | None, given: str | None) -> None:

@@ -24,7 +24,7 @@ from tunepilot.errors import ConfigError, Terminated, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
 from tunepilot.memory.lock import OneProcessRun, StudyLock
 from tunepilot.memory.stops import Stop
-from tunepilot.memory.store import recover
+from tunepilot.memory.store import recover, stale_trial_listener
 from tunepilot.proposers.pruners import make_pruner
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
 from tunepilot.proposers.suggest import AgentSampler, Suggester
@@ -222,9 +222,10 @@ class Tuner(AskTell):
                                          fallback_for_trial=per_trial, lock=self.lock,
                                          on_created=self._created)
             if done == 0 and self.warm_start:  # a new study, opened by its creator
-                if self.settings:
-                    opening.warm_start(study, self.storage, self.settings, self.space)
                 opening.first_trials(study, self.space, self.start)
+                if self.settings and (said := opening.warm_start(
+                        study, self.storage, self.settings, self.space)):
+                    self.first_lines.append(said)
             if self.settings:
                 if done:
                     opening.check_identity(study, self.settings, self.accept_changes)
@@ -270,16 +271,26 @@ class Tuner(AskTell):
                               "train yourself with suggest() and report().")
         one_process = OneProcessRun(self.storage, self.study_name)
         one_process.acquire()
+        # Another worker's trial found dead by this process is said here, on its terminal and
+        # in its log.
+        stale = stale_trial_listener(self.storage)
+        if stale is not None:
+            stale.listeners.append(self.display.notice)
         try:  # holding it, a trial RUNNING from before is a dead process's: say so, run again
+            # The study as the run finds it ("resuming: 2 trials done"), before the trials a
+            # dead process left are failed here (each said in a line of its own).
+            found = History.from_study(self.study)
             dead = recover(self.study, self._open) if one_process.path else []
             return self._run(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
-                             llm_token_budget, dead)
+                             llm_token_budget, dead, found)
         finally:
             one_process.release()
+            if stale is not None:
+                stale.listeners.remove(self.display.notice)
 
     def _run(self, n_trials: int, target: float | None, timeout: float | None,
              patience: int | None, min_delta: float, llm_budget_usd: float | None,
-             llm_token_budget: int | None, dead: list[str]) -> TuneResult:
+             llm_token_budget: int | None, dead: list[str], found: History) -> TuneResult:
         rules = Rules(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
                       llm_token_budget)
         if self.llm_agent is not None:  # the prompt states the run's budget and goal
@@ -291,7 +302,7 @@ class Tuner(AskTell):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)  # a crashed run's trial, if stale
         history = History.from_study(study)
-        self.display.start(self.study_name, n_trials, history)
+        self.display.start(self.study_name, n_trials, found)
         for line in self.first_lines:
             self.display.say(line)
         for line in dead:

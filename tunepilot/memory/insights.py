@@ -54,7 +54,9 @@ class Insights:
             out.append(f"Importance (Optuna PED-ANOVA, from {self.n_complete} complete trials): "
                        + ", ".join(f"{k} {v:.0%}" for k, v in ranked))
         if ranges and self.ranges:
-            out.append(f"Best {self.n_top} trials (top 20%) span: "
+            share = self.n_top / self.n_complete if self.n_complete else 1.0
+            out.append(f"Best {self.n_top} of {self.n_complete} complete trials (top {share:.0%}) "
+                       "span: "
                        + "; ".join(f"{k} {v}" for k, v in self.ranges.items()))
         out += [f"Alert: {a}" for a in self.alerts]
         return out

@@ -154,22 +154,32 @@ class OneProcessRun:
 
         from tunepilot.errors import ConfigError
 
-        f = open(self.path, "a+")  # noqa: SIM115  # held open for the run
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
+        while True:
+            f = open(self.path, "a+")  # noqa: SIM115  # held open for the run
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                why = ("SQLite allows one writer" if self.kind == "SQLite" else
+                       "a journal file has no heartbeat to tell a killed process's trial from a "
+                       "running one")
+                raise ConfigError(
+                    f"Study {self.study} in {self.database} is being run by {holder}. One "
+                    f"process at a time runs a study there ({why}): wait for that run, stop "
+                    "it, or run several workers on a database server (--storage "
+                    "postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB)."
+                ) from None
+            # A holder that finished removed the file after we opened it: ours is a lock on
+            # nothing. Open the path again.
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             f.close()
-            why = ("SQLite allows one writer" if self.kind == "SQLite" else
-                   "a journal file has no heartbeat to tell a killed process's trial from a "
-                   "running one")
-            raise ConfigError(
-                f"Study {self.study} in {self.database} is being run by {holder}. One process "
-                f"at a time runs a study there ({why}): wait for that run, stop it, or run "
-                "several workers on a database server (--storage postgresql://USER@HOST/DB or "
-                "mysql+pymysql://USER@HOST/DB)."
-            ) from None
         f.seek(0)
         f.truncate()
         f.write(f"process {os.getpid()}")
@@ -177,6 +187,13 @@ class OneProcessRun:
         self._file = f
 
     def release(self) -> None:
+        """Ends the run: the lock file goes (a clean working directory), then the lock."""
         if self._file is not None:
+            import contextlib
+            import os
+
+            assert self.path is not None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)  # while held: nobody holds a lock on a removed file
             self._file.close()  # closing drops the lock
             self._file = None

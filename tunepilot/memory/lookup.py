@@ -49,6 +49,8 @@ def warm_start(storage: optuna.storages.BaseStorage, study_name: str,
         "study": latest.study_name,
         "configs": [trial_line(t, params) for t in best],
         "best_params": dict(best[0].params),
+        "best_number": best[0].number,
+        "best_value": best[0].value,
         "notes": history.notes,
     }
 

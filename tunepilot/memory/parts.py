@@ -9,6 +9,8 @@ from typing import Any
 
 from tunepilot.memory import attrs
 
+INVALID_ANSWER = "invalid answer: "  # starts the error recorded for an answer that was not valid
+
 
 @dataclass(frozen=True)
 class LLMCall:
@@ -33,6 +35,16 @@ class LLMCall:
                    latency_s=value.get("latency_s"), attempts=int(value.get("attempts") or 0),
                    errors=tuple(str(e) for e in value.get("errors") or ()),
                    rationale=value.get(attrs.RATIONALE), notes=value.get(attrs.NOTES_UPDATE))
+
+    @property
+    def asked(self) -> bool:
+        """A request went out (a model sitting out its breaker's turns sends none)."""
+        return self.attempts > 0
+
+    @property
+    def answered_invalid(self) -> bool:
+        """The model answered, at least once, with an answer that was not valid."""
+        return any(e.startswith(INVALID_ANSWER) for e in self.errors)
 
 
 @dataclass(frozen=True)

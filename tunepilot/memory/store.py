@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
     if url.startswith("journal:") or url.endswith(".log"):
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
+        _check_journal(path)
         journal = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
         _RETRIES[journal] = retry_stale
         return journal
@@ -56,20 +57,21 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
     if url in ("sqlite://", "sqlite:///:memory:"):
         heartbeat_s = None  # dies with this process: nothing to recover; and one thread only
     if heartbeat_s:
-        from optuna.storages import RetryHeartbeatStaleTrialCallback
-
-        beat = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s}
-        retry = None
-        if retry_stale:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                retry = RetryHeartbeatStaleTrialCallback(max_retry=retry_stale)
-        beat["heartbeat_stale_trial_callback"] = _StaleTrial(retry, 3 * heartbeat_s)
+        beat = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s,
+                "heartbeat_stale_trial_callback": StaleTrial(3 * heartbeat_s)}
     try:
         storage = _rdb_storage(url, beat)
         _RETRIES[storage] = retry_stale
         return storage
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
+        if url.startswith("sqlite") and any(m in str(e) for m in _SQLITE_DAMAGED):
+            file = url.split(":///", 1)[-1]
+            raise ConfigError(
+                f"The SQLite file {file} is damaged ({_one_line(e)}): tunepilot reads and "
+                f"writes nothing there. Keep a copy (cp {file} {file}.bak), then recover what "
+                f"it holds into a new file, `sqlite3 {file} .recover | sqlite3 recovered.db`, "
+                "and pass --storage sqlite:///recovered.db; or restore it from a backup."
+            ) from None
         if isinstance(e, ImportError) or "Failed to import DB access module" in str(e):
             raise ConfigError(
                 f"Cannot open storage {redact(url)}: its database driver is not installed "
@@ -83,6 +85,39 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             "the database server is running and the URL (user, host, port, database) is right; "
             "for MySQL use mysql+pymysql://."
         ) from None
+
+
+# What SQLite says of a file that is not a whole database (cut short, overwritten).
+_SQLITE_DAMAGED = ("file is not a database", "database disk image is malformed")
+
+
+def _check_journal(path: Path) -> None:
+    """A journal file whose last record is cut short (its process killed mid-write, or the
+    file truncated) is refused, not read as if whole: Optuna would drop the record silently.
+    A writer may be mid-record right now, so a partial end is looked at twice."""
+    import time
+
+    for attempt in range(2):
+        try:
+            size = path.stat().st_size
+            if size == 0:
+                return
+            with path.open("rb") as f:
+                f.seek(-1, 2)
+                if f.read(1) == b"\n":
+                    return
+                f.seek(0)
+                whole = f.read().rfind(b"\n") + 1
+        except FileNotFoundError:
+            return
+        if attempt == 0:
+            time.sleep(0.5)
+    raise ConfigError(
+        f"The journal file {path} ends in a partial record ({size - whole} bytes after the "
+        "last whole one: its process was killed while writing, or the file was cut short); "
+        "tunepilot reads and writes nothing there until it is mended. Keep a copy (cp "
+        f"{path} {path}.bak), then cut the partial record off: truncate -s {whole} {path}"
+    )
 
 
 # What a database says when two processes create Optuna's schema at once: each checks that a
@@ -180,14 +215,15 @@ def _open_existing(url: str) -> optuna.storages.BaseStorage:
     return open_storage(url)
 
 
-class _StaleTrial:
+class StaleTrial:
     """Runs when a worker finds another worker's trial silent past the grace period (the
     process was killed, or its machine lost): says so on the study, where `History` finds it
-    (a FAILed trial takes no more attributes), then queues the retry if there is one."""
+    (a FAILed trial takes no more attributes), queues the retry if there is one, and tells
+    whoever listens in this process (`listeners`: the running search's terminal and log)."""
 
-    def __init__(self, retry: Any, grace_s: int):
-        self.retry = retry
+    def __init__(self, grace_s: int):
         self.grace_s = grace_s
+        self.listeners: list[Callable[[str], None]] = []
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         from tunepilot.memory import records
@@ -200,8 +236,17 @@ class _StaleTrial:
                 "machine was lost)"), lock)
         finally:
             lock.close()
-        if self.retry is not None:
-            self.retry(study, trial)
+        again = requeue(study, trial._trial_id)
+        for listen in self.listeners:
+            listen(f"trial {trial.number} of another worker went silent for {self.grace_s} s "
+                   f"(killed, or its machine lost): marked failed; {again}")
+
+
+def stale_trial_listener(storage: Any) -> StaleTrial | None:
+    """The storage's `StaleTrial` callback (None: no heartbeat, or not made by `open_storage`)."""
+    getter = getattr(storage, "get_heartbeat_stale_trial_callback", None)
+    callback = getter() if getter is not None else None
+    return callback if isinstance(callback, StaleTrial) else None
 
 
 def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
@@ -230,27 +275,41 @@ def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
     return said
 
 
+# What a retry does not inherit from the trial it repeats: its error, its training record, and
+# what its LLM call cost (counted once, on the trial that paid it).
+_NOT_RETRIED = ("error", "train", "fixed")
+
+
 def requeue(study: optuna.Study, trial_id: int, queued: str = "its config runs again") -> str:
     """Queues an interrupted trial's config to run again, as often as `open_storage`'s
-    `retry_stale` allows (Optuna's retry record: the copy names the trial it repeats); what
-    was done, in words (`queued` where it was queued)."""
-    import copy
-
+    `retry_stale` allows (Optuna's retry record: the copy's `retry_history` names the trial it
+    repeats); what was done, in words, with the copy's number (`queued`: how it runs)."""
     import optuna
 
+    from tunepilot.memory import attrs
+
     storage = study._storage
-    failed = copy.deepcopy(storage.get_trial(trial_id))
+    failed = storage.get_trial(trial_id)
     if not failed.params:
         return "it had no config yet"
     max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
     if not max_retry:
         return "not run again (retry_interrupted = 0)"
-    if len(failed.system_attrs.get("retry_history", [])) >= max_retry:
+    history = [*failed.system_attrs.get("retry_history", []), failed.number]
+    if len(history) > max_retry:
         return "not run again (its retries are used up)"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry)(study, failed)
-    return queued
+    user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in _NOT_RETRIED}
+    if isinstance(user_attrs.get(attrs.LLM), dict):
+        user_attrs[attrs.LLM] = {k: v for k, v in user_attrs[attrs.LLM].items()
+                                 if k in ("model", attrs.RATIONALE)}
+    study.add_trial(optuna.create_trial(
+        state=optuna.trial.TrialState.WAITING, params=failed.params,
+        distributions=failed.distributions, user_attrs=user_attrs,
+        system_attrs={**failed.system_attrs, "failed_trial": failed.number,
+                      "retry_history": history}))
+    copy = max(t.number for t in study.get_trials(deepcopy=False)
+               if t.system_attrs.get("failed_trial") == failed.number)
+    return f"{queued}, as trial {copy}"
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

@@ -11,6 +11,22 @@ if TYPE_CHECKING:
     from tunepilot.memory.history import TrialRecord
 
 
+def clip(text: str, n: int) -> str:
+    """`text` in at most `n` characters, cut at a word's end with " ..." where it is longer (a
+    message cut mid-word reads as a different one)."""
+    text = " ".join(str(text).split())
+    if len(text) <= n:
+        return text
+    cut = text[: n - 3]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > n // 2 else cut).rstrip(" ,;:") + " ..."
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """'1 trial', '2 trials' (`words` where adding an s is wrong)."""
+    return f"{n} {word if n == 1 else words or word + 's'}"
+
+
 def fmt(v: Any, digits: int = 4) -> str:
     """A value as a person reads it: floats to `digits` significant digits."""
     return f"{v:.{digits}g}" if isinstance(v, float) else str(v)
@@ -42,7 +58,7 @@ def outcome(t: TrialRecord) -> str:
         return f"-> pruned after epoch {len(t.curve)}{last}"
     if t.state == "fail":
         error = t.error or {}
-        return f"-> FAILED ({error.get('kind', 'error')}: {error.get('message', '')[:120]})"
+        return f"-> FAILED ({error.get('kind', 'error')}: {clip(error.get('message', ''), 120)})"
     return f"-> {t.state}"
 
 

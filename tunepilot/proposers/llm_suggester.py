@@ -30,6 +30,7 @@ from tunepilot.llm.transport import is_transient, wait_for
 from tunepilot.memory import History, readable
 from tunepilot.memory.compact import compact
 from tunepilot.memory.insights import insights
+from tunepilot.memory.parts import INVALID_ANSWER
 from tunepilot.memory.repeats import REPEAT_TOLERANCE, same_config
 from tunepilot.memory.text import format_params, trial_line
 from tunepilot.prompts import render
@@ -206,7 +207,7 @@ class LLMSuggester:
                 suggestion = read(answer, self._close(dict(meta), start))
             except Exception as e:  # whatever the answer broke: an invalid one
                 feedback = last = str(e) or type(e).__name__
-                meta["errors"].append(f"invalid answer: {feedback}"[:300])
+                meta["errors"].append(f"{INVALID_ANSWER}{feedback}"[:300])
                 continue
             self.health.valid()
             return suggestion

@@ -34,9 +34,9 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_REPEATED_FAILURE = 3  # the same error again and again: the trainer looks broken
 
-# Every command reads the storage URL from TUNEPILOT_STORAGE too: a password in argv shows in ps.
+# Every command reads the storage URL from TUNEPILOT_STORAGE too (a password in argv shows in
+# ps): the config layer reads it, between the file and the flags (config.ENVIRONMENT).
 Storage = Annotated[str | None, typer.Option(
-    envvar="TUNEPILOT_STORAGE", show_envvar=True,
     help=f"Optuna storage URL, or set TUNEPILOT_STORAGE [default: {DEFAULT_STORAGE}]")]
 Study = Annotated[str | None, typer.Option(help="Study name [default: from trainer and data]")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c",

@@ -12,11 +12,10 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from textwrap import shorten
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.agent.observer import Observer
-from tunepilot.memory.text import format_params, loss
+from tunepilot.memory.text import clip, format_params, loss, plural
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -35,7 +34,7 @@ def trial_line(record: TrialRecord, history: History) -> str:
     stopped = stopped_early(record)
     tail = f"  {stopped}" if stopped else ""
     if record.error:
-        tail = f"  {record.error.get('kind')}: {record.error.get('message', '')[:80]}"
+        tail = f"  {record.error.get('kind')}: {clip(record.error.get('message', ''), 80)}"
     duration = seconds(record)
     best_txt = f"best {loss(best.value)} (#{best.number})" if best else "best -"
     who = record.proposer or "?"
@@ -144,27 +143,35 @@ def record_line(history: History) -> str | None:
 
 
 def _llm_line(history: History) -> str | None:
-    """How the LLM spent its turns: asked, accepted / overrode, skipped past its time share."""
-    asked = [t for t in history if t.llm]
+    """How the LLM spent its turns, counted from the records: asked, accepted / overrode, fell
+    back (unreachable, or no valid answer), sat out (its breaker), skipped past its time share."""
+    asked = [t for t in history if t.llm and t.llm.asked]
+    sat_out = sum(1 for t in history if t.llm and not t.llm.asked)
     skipped = sum(1 for t in history if t.llm_skipped)
-    if not asked and not skipped:
+    if not asked and not skipped and not sat_out:
         return None
     waited, wall = history.llm_seconds(), history.wall_time_s()
     share = f", {waited / wall:.0%} of the wall time" if wall > 0 else ""
-    line = (f"LLM: asked on {len(asked)} trial{'s' if len(asked) != 1 else ''} "
+    line = (f"LLM: asked on {plural(len(asked), 'trial')} "
             f"({waited:.0f} s{share})")
     reviews = [t.review for t in asked if t.review]
     if reviews:
         over = sum(1 for r in reviews if r.verdict == "override")
         refused = sum(1 for r in reviews if r.verdict == "refused")
         accepted = len(reviews) - over - refused
-        line += (f"; accepted {accepted} candidate{'s' if accepted != 1 else ''}, overrode {over}"
+        line += (f"; accepted {plural(accepted, 'candidate')}, overrode {over}"
                  + (f", {refused} overrides refused (no reason in words)" if refused else ""))
-    fell_back = sum(1 for t in history if t.proposer == "fallback")
-    if fell_back:
-        line += f"; {fell_back} fell back to the sampler (no valid answer)"
+    fell_back = [t for t in asked if t.proposer == "fallback"]
+    invalid = sum(1 for t in fell_back if t.llm and t.llm.answered_invalid)
+    if len(fell_back) > invalid:
+        line += f"; {len(fell_back) - invalid} fell back to the sampler (unreachable)"
+    if invalid:
+        line += f"; {invalid} fell back to the sampler (no valid answer)"
+    if sat_out:
+        line += (f"; sat out {plural(sat_out, 'turn')} after failures in a row (no request; "
+                 "the sampler took them)")
     if skipped:
-        line += (f"; {skipped} turn{'s' if skipped != 1 else ''} went to the sampler past its "
+        line += (f"; {plural(skipped, 'turn')} went to the sampler past its "
                  "share of the wall time "
                  "(llm_time_share)")
     return line
@@ -188,7 +195,7 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
         note = "; ".join(n for n in (t.why, stopped_early(t)) if n)
         cells = (str(t.number), state_label(t), loss(value) if value is not None else "-",
                  t.proposer or "?", seconds(t).strip() or "-",
-                 format_params(t.params, digits=3), shorten(note, 60, placeholder=" ..."))
+                 format_params(t.params, digits=3), clip(note, 60))
         table.add_row(*(Text(c) for c in cells))
     return table
 
@@ -202,6 +209,12 @@ def pace_line(record: TrialRecord, left: int) -> str | None:
     eta = f"{total / 60:.0f} min" if total >= 90 else f"{total:.0f} s"
     return (f"pace: trial {record.number} took {record.duration_s:.1f} s; the {left} trials "
             f"left would take about {eta} at this pace (--timeout bounds the wall time)")
+
+
+def done_words(history: History) -> str:
+    """The study's finished trials as a run resumes them: "2 trials done" ("" for none)."""
+    done = len(history.finished())
+    return f"{plural(done, 'trial')} done" if done else ""
 
 
 class PlainDisplay(Observer):
@@ -219,8 +232,8 @@ class PlainDisplay(Observer):
 
     def start(self, study: str, n_trials: int, history: History) -> None:
         self._budget = n_trials
-        done = len(history.finished())
-        resumed = f" (resuming: {done} trial{'s' if done != 1 else ''} done)" if done else ""
+        done = done_words(history)
+        resumed = f" (resuming: {done})" if done else ""
         self.console.print(f"{self.prefix}study {study}: up to {n_trials} trials{resumed}",
                            markup=False)
 
@@ -229,7 +242,7 @@ class PlainDisplay(Observer):
             self.console.print(self.prefix + trial_line(record, history), markup=False)
             why = why_line(record) or self._skipped_once(record)
             if why:
-                self.console.print(f"{self.prefix}      {why[:160]}", markup=False)
+                self.console.print(f"{self.prefix}      {clip(why, 160)}", markup=False)
             pace = None if self._paced else pace_line(record, self._budget - len(
                 history.finished()))
             if pace:
@@ -302,7 +315,7 @@ class LiveDisplay(PlainDisplay):
             self._live.console.print(trial_line(record, history), markup=False)
             why = why_line(record) or self._skipped_once(record)
             if why:
-                self._live.console.print(f"      {why[:160]}", markup=False)
+                self._live.console.print(f"      {clip(why, 160)}", markup=False)
         self._refresh()
 
     def finish(self, result: TuneResult) -> None:
@@ -330,8 +343,8 @@ class FileLog(Observer):
             f.write(f"{stamp} {line}\n")
 
     def start(self, study: str, n_trials: int, history: History) -> None:
-        self._write(f"run starts: study {study}, {len(history.finished())} of {n_trials} "
-                    "trials done")
+        self._write(f"run starts: study {study}, up to {n_trials} trials; "
+                    f"{done_words(history) or 'none done'}")
 
     def say(self, text: str) -> None:
         self._write(text)

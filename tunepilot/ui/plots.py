@@ -95,7 +95,27 @@ def parallel_figure(study: optuna.Study) -> Figure:
     """Optuna's parallel coordinates: one axis per parameter, one line per completed trial."""
     from optuna.visualization.matplotlib import plot_parallel_coordinate
 
-    return _optuna_figure(lambda: plot_parallel_coordinate(study))
+    fig = _optuna_figure(lambda: plot_parallel_coordinate(study))
+    _no_white_lines(fig)
+    return fig
+
+
+def _no_white_lines(fig: Figure) -> None:
+    """Optuna colours the lines from white to dark blue by value: the worst trial's line is
+    white on white. The same scale without its palest colours keeps every line in sight."""
+    import numpy as np
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import ListedColormap
+
+    for ax in fig.axes:
+        for lines in ax.collections:
+            if not isinstance(lines, LineCollection) or lines.get_array() is None:
+                continue
+            colors = lines.get_cmap()(np.linspace(0.0, 1.0, 256))
+            seen = colors[colors[:, :3].mean(axis=1) < 0.75]  # what shows on white
+            lines.set_cmap(ListedColormap(seen))
+            if lines.colorbar is not None:
+                lines.colorbar.update_normal(lines)
 
 
 def curves_figure(history: History, k: int = 5) -> Figure:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import History
-from tunepilot.memory.text import format_params
+from tunepilot.memory.text import clip, format_params, plural
 from tunepilot.ui import plots
 from tunepilot.ui.display import record_line
 
@@ -60,7 +60,7 @@ def render_html(study: optuna.Study, history: History) -> str:
         insights=found.lines(),
         hints=history.hints,
         trials=[[t.number, t.state, f"{t.value:.5f}" if t.value is not None else "-", t.proposer,
-                 format_params(t.params), t.why[:100]] for t in trials],
+                 format_params(t.params), clip(t.why, 100)] for t in trials],
     )
 
 
@@ -91,9 +91,9 @@ def _importance_note(history: History) -> str:
     from tunepilot.memory.insights import MIN_TRIALS_IMPORTANCE
 
     n, tuned = len(history.completed()), len({k for t in history for k in t.params})
-    return (f"Parameter importance is drawn from {MIN_TRIALS_IMPORTANCE} complete trials of 2 "
-            f"or more tuned parameters on; this study has {n} complete trial"
-            f"{'s' if n != 1 else ''} of {tuned} parameter{'s' if tuned != 1 else ''}.")
+    return (f"Parameter importance needs at least {MIN_TRIALS_IMPORTANCE} complete trials and 2 "
+            f"tuned parameters; this study has {plural(n, 'complete trial')} of "
+            f"{plural(tuned, 'tuned parameter')}.")
 
 
 def _llm(history: History) -> dict[str, Any] | None:

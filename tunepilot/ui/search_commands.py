@@ -143,14 +143,16 @@ app.command()(create)
 def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None = 1,
          gpus_per_trial: int | None = None, create_only: bool = False) -> None:
     from tunepilot.agent import studies
-    from tunepilot.config import load_config
+    from tunepilot.config import read_config
     from tunepilot.memory import redact
 
     console = new_console()
     pooled = n_workers is None or n_workers > 1 or gpus_per_trial is not None
     with user_errors():
-        cfg = load_config(config, **options)
+        cfg, sources = read_config(config, **options)
         display, log = _display(cfg, console)
+        if (settings := sources.line(cfg)) is not None:
+            display.say(settings)
         if create_only:
             tuner, notes = studies.create(cfg, display)
         else:
@@ -160,8 +162,8 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None 
 
             tuner, notes = from_config(cfg, display=display)
         for line in notes:
-            say(console, line)
-        say(console, f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
+            display.say(line)
+        display.say(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
         if create_only:
             say(console, "study created; start workers (on any machine that reaches the "
                 "database) with:\n  " + studies.worker_command(cfg))
@@ -231,6 +233,7 @@ def worker(
     """Join a study made by `tune run` or `tune create` and run its trials until the study's
     own rules (target, trial and time budgets) stop it. Start as many as you like, anywhere."""
     from tunepilot.agent import studies
+    from tunepilot.memory.text import plural
 
     console = new_console()
     prefix = f"[{name or 'worker'}] "
@@ -239,8 +242,8 @@ def worker(
                                          llm_model_path=llm_model_path, isolate=isolate)
         tuner.display, _ = _display(cfg, console, prefix)
         say(console, f"{prefix}joined study {cfg.study_name()}; " + "; ".join(
-            n for n in notes if n.startswith("strategy")))
+            n for n in notes if n.startswith(("strategy", "study "))))
         result = studies.run(tuner, cfg)
-    say(console, f"{prefix}stopped: {result.stop_reason}; {result.n_new} trials run here, "
-         f"{result.n_finished} finished in the study")
+    say(console, f"{prefix}stopped: {result.stop_reason}; {plural(result.n_new, 'trial')} "
+        f"run here, {result.n_finished} finished in the study")
     _exit(result)

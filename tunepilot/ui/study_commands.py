@@ -9,7 +9,6 @@ from typing import Annotated, Any
 import typer
 
 from tunepilot.errors import ConfigError
-from tunepilot.memory.store import DEFAULT_STORAGE
 from tunepilot.ui.app import (
     RUNS_DIR,
     ConfigFile,
@@ -38,7 +37,9 @@ def dashboard(
         except ImportError:
             raise ConfigError("tune dashboard needs optuna-dashboard: pip install "
                               "'tunepilot[dashboard]' (or pip install optuna-dashboard).") from None
-        url = storage or DEFAULT_STORAGE
+        from tunepilot.config import load_config
+
+        url = load_config(storage=storage).storage  # the flag, TUNEPILOT_STORAGE, the default
         opened = open_storage(url, heartbeat_s=None)  # a reader beats for no trial
     typer.echo(f"optuna-dashboard on {redact(url)}: http://{host}:{port}/ (Ctrl-C stops it)")
     run_server(opened, host=host, port=port)
@@ -60,7 +61,7 @@ def init(
         if output.exists():
             raise ConfigError(f"{output} exists; tune init does not overwrite a file. Remove it, "
                               "or write elsewhere with --output FILE.")
-    output.write_text(starter(trainer), encoding="utf-8")
+    output.write_text(starter(trainer, output.name), encoding="utf-8")
     typer.echo(f"wrote {output}; edit it, then: tune run --config {output}")
 
 

@@ -113,6 +113,10 @@ def table(path: str | Path, *, label: str = "label", categorical: list[str] | tu
 
 def _existing(path: str | Path) -> Path:
     path = Path(path).expanduser()
+    if path.exists() and not path.is_file():
+        what = "a directory" if path.is_dir() else "not a regular file (a device or a pipe)"
+        raise ConfigError(f"Data file {path} is {what}; name a file of rows (CSV, Parquet or "
+                          "Criteo TSV, optionally .gz).")
     if not path.is_file():
         raise ConfigError(f"Data file {path} does not exist. Check the path (relative paths start "
                           f"from {Path.cwd()}).")
