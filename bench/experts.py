@@ -16,7 +16,13 @@ that ranking. They speak HTTP like vLLM or llama.cpp's server, so the agent's re
                config) otherwise: a model that helps `review` more than `hybrid`;
 - `accept`     accepts every candidate, proposes no opening (a random config when asked for
                one);
+- `memorizer`  an `oracle:1%` on the problems it has read about (published tables, told by
+               their parameters' names and ranges) and a guesser elsewhere: it recalls, it
+               does not know (what `tune calibrate`'s disguised tables are there to catch);
 - `garbage`    never answers with JSON.
+
+An expert serving several problems at once (`tune calibrate`'s tables) is given a ranking per
+problem, keyed by `signature(space)`: it tells them apart by the parameters a request names.
 
     with Expert("oracle:1%", ranked, seed=0) as expert:
         model = expert.chat_model()  # a ChatOpenAI pointed at it
@@ -35,7 +41,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.llm_server import ScriptedLLMServer
 
-KINDS = ("oracle:Q", "noisy:P", "picky:P", "misleading", "accept", "garbage")
+KINDS = ("oracle:Q", "noisy:P", "picky:P", "misleading", "accept", "memorizer", "garbage")
+_NAMES = ("oracle", "noisy", "picky", "misleading", "accept", "memorizer", "garbage")
+
+
+def signature(properties: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A problem as a request shows it: its parameters' names and bounds (a SearchSpace's
+    `distributions()` or an answer schema's `properties`)."""
+    out = []
+    for name, p in sorted(properties.items()):
+        if isinstance(p, Mapping):
+            low, high = p.get("minimum"), p.get("maximum")
+        else:
+            low, high = getattr(p, "low", None), getattr(p, "high", None)
+        out.append((name, None if low is None else float(low), None if high is None
+                    else float(high)))
+    return tuple(out)
 
 
 def _fraction(text: str) -> float:
@@ -46,14 +67,20 @@ def _fraction(text: str) -> float:
 class Expert:
     """One expert over `ranked` (configs, best first) for one run; `seed` makes its picks."""
 
-    def __init__(self, kind: str, ranked: Sequence[Mapping[str, Any]], seed: int = 0):
+    def __init__(self, kind: str, ranked: Sequence[Mapping[str, Any]], seed: int = 0, *,
+                 problems: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any]]] | None = None,
+                 published: frozenset[tuple[Any, ...]] = frozenset()):
+        """`problems`: rankings by `signature`, for an expert serving several; `published`:
+        the signatures a `memorizer` has read about (it guesses on the others)."""
         name, _, arg = kind.partition(":")
-        if name not in ("oracle", "noisy", "picky", "misleading", "accept", "garbage") or (
-                name in ("oracle", "noisy", "picky") and not arg):
+        if name not in _NAMES or (name in ("oracle", "noisy", "picky") and not arg):
             raise ValueError(f"unknown expert {kind!r}; expected one of {', '.join(KINDS)}")
         self.kind, self.name = kind, name
         self.arg = _fraction(arg) if arg else 0.0
         self.ranked = list(ranked)
+        self.problems = {k: list(v) for k, v in (problems or {}).items()}
+        self.published = published
+        self.guessing = False  # a memorizer on a problem it has not read about
         self.rng = random.Random(f"{kind}-{seed}")
         self.proposed: set[str] = set()
         self.requests = 0
@@ -80,6 +107,12 @@ class Expert:
 
     def config(self, knows: bool = False) -> tuple[dict[str, Any], str]:
         """Its next config and the reason it gives (`knows`: a `picky` one that speaks up)."""
+        if self.name == "memorizer":
+            if self.guessing:
+                return self._pick(0.0, 1.0), ("Published results on this task put this "
+                                              "configuration among the best.")
+            return self._pick(0.0, 0.01), ("Published results on this task put this "
+                                           "configuration among the best 1%.")
         if self.name == "oracle" or knows or (self.name in ("noisy", "picky")
                                               and self.rng.random() < self.arg):
             q = self.arg if self.name == "oracle" else 0.01
@@ -98,6 +131,7 @@ class Expert:
             return "I would raise the learning rate a little and see what happens."
         schema = ((request.get("response_format") or {}).get("json_schema") or {}).get(
             "schema") or {}
+        self._for(schema)
         review = "decision" in (schema.get("properties") or {})
         if "configs" in (schema.get("properties") or {}):  # the opening: k configs at once
             if self.name == "accept":  # knows nothing: the sampler starts alone
@@ -112,6 +146,17 @@ class Expert:
         config, why = self.config(knows=speaks)
         body: dict[str, Any] = {"config": config, "rationale": why}
         return json.dumps({"decision": "override", **body} if review else body)
+
+    def _for(self, schema: Mapping[str, Any]) -> None:
+        """Picks the ranking of the problem a request is about (an expert of several)."""
+        if not self.problems:
+            return
+        props = schema.get("properties") or {}
+        config = props.get("config") or (props.get("configs") or {}).get("items") or {}
+        key = signature(config.get("properties") or {})
+        if key in self.problems:
+            self.ranked = self.problems[key]
+        self.guessing = self.name == "memorizer" and key not in self.published
 
     # Serving: the same loopback OpenAI-compatible server the tests script -----------------
 

@@ -13,7 +13,9 @@ from optuna.samplers import BaseSampler
 from tests.conftest import quadratic, run_tune, toy_workdir
 from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
 from tunepilot.errors import ConfigError
-from tunepilot.proposers import samplers
+from tunepilot.memory import History, TrialRecord
+from tunepilot.memory.parts import TrainInfo
+from tunepilot.proposers import auto, samplers
 from tunepilot.proposers.suggest import AgentSampler
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
@@ -107,21 +109,67 @@ def test_the_default_space_of_the_built_in_task_declares_a_first_config():
     assert defaults["dropout"] == 0.1
 
 
-def test_auto_picks_by_the_space_and_the_trial():
-    numeric = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
-                             act=Categorical(["relu", "tanh"]))
+def _history(trial_s: float, draws: list[tuple[str, float]]) -> History:
+    """A study's records: finished trials of `trial_s` seconds, each drawn by (kind, seconds)."""
+    return History(tuple(
+        TrialRecord(n, "complete", {"x": 0.0}, 1.0, duration_s=trial_s + s,
+                    train=TrainInfo(wall_time_s=trial_s), sampler={"kind": kind, "s": s})
+        for n, (kind, s) in enumerate(draws)))
+
+
+NUMERIC = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
+                         act=Categorical(["relu", "tanh"]))
+
+
+def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
+    choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),
+                             c=Float(0.0, 1.0))
+    assert auto.choose(History(), choices, 0)[0] == "tpe"  # most parameters are choices
+    assert auto.startup(NUMERIC) == 4  # one more than the parameters, 4 to 10
+    assert [auto.choose(History(), NUMERIC, n)[0] for n in range(5)] == ["qmc"] * 4 + ["gp"]
+    sobol = [("Sobol points", 0.01)] * 4
+    # One-minute trials: every GP draw fits in the sampler's share, however it grows.
+    assert auto.choose(_history(60.0, [*sobol, *[("GP", 2.0)] * 50]), NUMERIC, 54)[0] == "gp"
+    # One-second trials: GP draws of half a second do not fit in a tenth of the time.
+    kind, why = auto.choose(_history(1.0, [*sobol, *[("GP", 0.5)] * 3]), NUMERIC, 7)
+    assert kind == "tpe" and "past 10% of the search's time beside trials of 1 s" in why
+    assert auto.share(1.0) == pytest.approx(0.1) and auto.share(100.0) == pytest.approx(0.3)
+    picked = auto.Auto(0, NUMERIC, 2)
+    study = optuna.create_study()
+    assert isinstance(picked._pick(study), optuna.samplers.QMCSampler)
+    assert samplers.label(picked) == "Sobol points"
+
+
+def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
+    """200 one-second trials, a GP draw costing 5 ms more for each trial the study holds (its
+    cost grows with the trials), TPE's 20 ms: the rule's picks keep the sampler's own time
+    within its 10% however long the night."""
+    draws: list[tuple[str, float]] = []
+    for n in range(200):
+        kind, _ = auto.choose(_history(1.0, draws), NUMERIC, n)
+        cost = {"qmc": 0.001, "gp": 0.005 * n, "tpe": 0.02}[kind]
+        draws.append(({"qmc": "Sobol points", "gp": "GP", "tpe": "TPE"}[kind], cost))
+    spent = sum(s for _, s in draws)
+    assert spent / 200 <= 0.1 + 1e-9
+    kinds = [k for k, _ in draws]
+    assert kinds[:4] == ["Sobol points"] * 4 and "GP" in kinds and "TPE" in kinds
+    assert "GP" in kinds[4:7]  # as soon as the share can pay for a first draw, then measured
+
+
+def test_cmaes_tpe_picks_by_the_space_and_the_trial():
+    numeric = NUMERIC
     choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),
                              c=Float(0.0, 1.0))
     assert samplers.auto_kind(numeric, 0) == samplers.auto_kind(numeric, 9) == "cmaes"
     assert samplers.auto_kind(numeric, samplers.CMAES_UNTIL) == "tpe"
     assert samplers.auto_kind(choices, 0) == "tpe"
-    cma = samplers.optuna_sampler("auto", 0, space=numeric, number=3)
+    cma = samplers.optuna_sampler("cmaes-tpe", 0, space=numeric, number=3)
     assert isinstance(cma, optuna.samplers.CmaEsSampler)
     assert isinstance(cma._independent_sampler, optuna.samplers.TPESampler)  # for `act`
 
 
-def test_autos_choices_follow_the_first_trials_not_chance_while_cma_es_draws_the_numbers():
-    """Under `auto`'s CMA-ES the choices are TPE's from the first finished trial: after a
+def test_cmaes_tpes_choices_follow_the_first_trials_while_cma_es_draws_the_numbers():
+    """Under `cmaes-tpe`'s CMA-ES the choices are TPE's from the first finished trial: after a
     default whose choice was best, trial 1 keeps it (TPE's 10 random start-up draws left it to
     a 1-in-5 chance; bench/README.md#the-default-sampler)."""
     space = SearchSpace.of(x=Float(-10.0, 10.0, default=0.0), y=Float(-10.0, 10.0),
@@ -130,7 +178,7 @@ def test_autos_choices_follow_the_first_trials_not_chance_while_cma_es_draws_the
     def loss(config: Any, report: Any) -> float:
         return (config["x"] - 2.0) ** 2 + config["y"] ** 2 / 10 + config["batch"] / 256
 
-    kept = [run(f"choices-{seed}", n=2, space=space, fn=loss, sampler="auto",
+    kept = [run(f"choices-{seed}", n=2, space=space, fn=loss, sampler="cmaes-tpe",
                 seed=seed)[1].params["batch"] for seed in range(5)]
     assert kept == [256] * 5
 
@@ -141,8 +189,8 @@ def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "6",
                    "--sampler", "auto", cwd=work)
     assert out.returncode == 0, out.stderr
-    assert ("sampler: auto: CMA-ES from the first trial (choices by TPE) to trial 9, then TPE: "
-            "ahead of Optuna's default TPE at 5-20 trials on HPOBench") in out.stdout
+    assert ("sampler: auto: 4 Sobol points, then Gaussian-process BO while its draws fit in a "
+            "share of the search's time") in out.stdout
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
                    "--sampler", "tpe", "--study", "other", cwd=work)
     assert "sampler: tpe (--sampler tpe)" in out.stdout
@@ -271,7 +319,7 @@ def test_the_readmes_config_file_runs_its_defaults_then_its_start_config(tmp_pat
         "lr": 1e-3, "batch_size": 256, "dropout": 0.1, "weight_decay": 1e-5}
     assert queued[0].get("precision", "32-true") == "32-true"
     assert queued[1] == {"lr": 3e-3, "hidden": "400-400-400"}
-    assert any(n.startswith("sampler: auto: CMA-ES") for n in notes)
+    assert any(n.startswith("sampler: auto: ") and "Sobol points" in n for n in notes)
 
 
 @pytest.mark.parametrize(("flag", "says"), [

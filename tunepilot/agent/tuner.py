@@ -22,9 +22,11 @@ from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import Proposal, TuneResult
 from tunepilot.errors import ConfigError, Terminated, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
+from tunepilot.memory.calibrations import Calibration
 from tunepilot.memory.lock import OneProcessRun, StudyLock
 from tunepilot.memory.stops import Stop
 from tunepilot.memory.store import recover, stale_trial_listener
+from tunepilot.proposers import samplers
 from tunepilot.proposers.pruners import make_pruner
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
 from tunepilot.proposers.suggest import AgentSampler, Suggester
@@ -72,6 +74,7 @@ class Tuner(AskTell):
         start: Sequence[Mapping[str, Any]] = (),
         epoch_patience: int | None = None,
         opening: int | None = None,
+        calibration: bool | Calibration = True,
     ):
         """
         Args:
@@ -105,6 +108,9 @@ class Tuner(AskTell):
                 (None: a tenth of the run's budget, at most 5, none under 10 trials; 0: no
                 opening).
             display: "auto" (live in Jupyter, lines on a terminal), an `Observer`, or None.
+            calibration: the model's record starts from what `tune calibrate` kept of it on
+                this machine, if anything (True); from none (False, as `tune calibrate` runs
+                it); or from the `Calibration` given.
         """
         if space is None or not space.params:
             raise ConfigError(
@@ -132,8 +138,19 @@ class Tuner(AskTell):
                                             if isinstance(sampler, str) else "its sampler"))
         self.suggester = suggester
         self.sampler = sampler
+        self._calibration: Calibration | None = None
+        calibration_line = ""
+        if self.llm_agent is not None and isinstance(calibration, Calibration):
+            self._calibration = calibration
+            calibration_line = f"{calibration.line()}; its record starts from it"
+        elif self.llm_agent is not None and calibration:
+            from tunepilot.agent.calibrate import calibration_for
+
+            self._calibration, calibration_line = calibration_for(
+                self.llm_agent.model_name, getattr(self.llm_agent.model, "openai_api_base", None))
         # Said as a run starts (`take_first_lines`: a caller that prints them itself).
-        self.first_lines = [line for line in (self.strategy_note, sampler_line(sampler, space)
+        self.first_lines = [line for line in (self.strategy_note, calibration_line,
+                                              sampler_line(sampler, space)
                                               if isinstance(sampler, str) else "") if line]
         epochs = space.fixed.get("epochs")
         self.pruner = make_pruner(pruner, epochs if isinstance(epochs, int) else None)
@@ -210,16 +227,19 @@ class Tuner(AskTell):
             with opening.quiet_optuna():
                 study = open_study(self.storage, self.study_name, pruner=self.pruner)
             done = len(study.get_trials(deepcopy=False))
-            fallback, per_trial = None, None
+            fallback, per_trial, redraw = None, None, None
             if isinstance(self.sampler, str):
                 per_trial = per_trial_sampler(self.sampler, self.study_name, self.seed,
                                               self.space)
+                if (cheap := samplers.get(self.sampler).redraw) is not None:
+                    redraw = per_trial_sampler(cheap, self.study_name, self.seed, self.space)
             elif not isinstance(self.sampler, optuna.samplers.BaseSampler):
                 per_trial = self.sampler  # trial number -> sampler
             else:
                 fallback = self.sampler
             study.sampler = AgentSampler(self.space, self.suggester, fallback,
-                                         fallback_for_trial=per_trial, lock=self.lock,
+                                         fallback_for_trial=per_trial,
+                                         redraw_for_trial=redraw, lock=self.lock,
                                          on_created=self._created)
             if done == 0 and self.warm_start:  # a new study, opened by its creator
                 opening.first_trials(study, self.space, self.start)
@@ -230,6 +250,13 @@ class Tuner(AskTell):
                 if done:
                     opening.check_identity(study, self.settings, self.accept_changes)
                 records.settings(study, self.settings)
+            if self.llm_agent is not None:
+                stored = History.from_study(study).calibration
+                if stored is None and self._calibration is not None:
+                    records.calibration(study, self._calibration.to_record())
+                elif stored is not None and stored != self._calibration:
+                    self.first_lines.append(f"the study started from the {stored.line()}; its "
+                                            "record goes on from that")
             self._study = study
         return self._study
 

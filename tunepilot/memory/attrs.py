@@ -27,6 +27,8 @@ ASK_TELL = "ask_tell"  # True on a trial run by a person's own loop (Tuner.sugge
 REVIEW = "review"
 LLM_SKIPPED = "llm_skipped"  # why the LLM was not asked on its turn (its share of wall time)
 OPENING_TRIAL = "opening"  # on a trial of the LLM's zero-shot opening: its place in it, from 1
+# {"kind": "GP", "s": 0.41}: which sampler drew the trial's config and its own seconds doing it
+SAMPLER = "sampler"
 
 Proposer = Literal["llm", "fallback", "optuna", "enqueued", "human"]
 
@@ -47,4 +49,7 @@ CHANGES = "tunepilot:changes"  # [{"after_trial", "changes": [...]}]: accepted i
 # The LLM's zero-shot opening of a new study: {"asked": k, "taken": n, "model", "error"} (error:
 # why it gave no valid answer, None when it did).
 OPENING = "tunepilot:opening"
+# What `tune calibrate` measured of the study's model when the study first ran with it
+# (`memory.calibrations.Calibration`): the model's record starts from it.
+CALIBRATION = "tunepilot:calibration"
 WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.memory import attrs
+from tunepilot.memory.calibrations import Calibration
 from tunepilot.memory.parts import LLMCall, Review, TrainInfo, readable
 from tunepilot.memory.repeats import REPEAT_TOLERANCE, ConfigIndex
 from tunepilot.memory.settings import migrate
@@ -51,6 +52,7 @@ class TrialRecord:
     ask_tell: bool = False  # run by a person's own loop (Tuner.suggest / report)
     warm_start_from: str | None = None  # the study whose best config this trial re-runs
     fixed: Mapping[str, Any] | None = None  # the fixed settings it ran with (None: not recorded)
+    sampler: Mapping[str, Any] | None = None  # {"kind", "s"}: what drew it, in how long
     opening: int | None = None  # its place in the LLM's zero-shot opening (from 1), if there
     user_attrs: Mapping[str, Any] = field(default_factory=dict)  # as stored, for inspection
 
@@ -139,6 +141,7 @@ class TrialRecord:
             warm_start_from=t.user_attrs.get(attrs.WARM_START_FROM),
             fixed=t.user_attrs.get(attrs.FIXED),
             opening=t.user_attrs.get(attrs.OPENING_TRIAL),
+            sampler=t.user_attrs.get(attrs.SAMPLER),
             user_attrs=dict(t.user_attrs),
         )
 
@@ -161,6 +164,7 @@ class History(Sequence[TrialRecord]):
     settings: Mapping[str, Any] = field(default_factory=dict)  # migrated to today's version
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
     opening: Mapping[str, Any] = field(default_factory=dict)  # the LLM's opening turn, if any
+    calibration: Calibration | None = None  # what `tune calibrate` measured of its model
     # The Optuna study it was read from (None when built by hand): for analyses that need it,
     # such as Optuna's importance evaluators.
     study: Any = field(default=None, compare=False, repr=False)
@@ -186,7 +190,9 @@ class History(Sequence[TrialRecord]):
                    last_stop=Stop.from_record(user_attrs.get(attrs.LAST_STOP)),
                    settings=migrate(user_attrs.get(attrs.SETTINGS)),
                    changes=tuple(user_attrs.get(attrs.CHANGES) or ()),
-                   opening=user_attrs.get(attrs.OPENING) or {}, study=study)
+                   opening=user_attrs.get(attrs.OPENING) or {},
+                   calibration=Calibration.from_record(user_attrs.get(attrs.CALIBRATION)),
+                   study=study)
 
     def changed_since(self, study: optuna.Study, *, exclude: int | None = None) -> History:
         """The study's trials now that were not finished in this history (new ones, and those

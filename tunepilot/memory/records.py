@@ -86,6 +86,12 @@ def skipped(storage: Any, trial_id: int, reason: str) -> None:
     set_trial_user_attrs(storage, trial_id, {attrs.PROPOSER: "optuna", attrs.LLM_SKIPPED: reason})
 
 
+def sampler(storage: Any, trial_id: int, kind: str, seconds: float) -> None:
+    """Which sampler drew the trial's config, and its own seconds (what the default rule
+    weighs against the trials' time)."""
+    storage.set_trial_user_attr(trial_id, attrs.SAMPLER, {"kind": kind, "s": round(seconds, 4)})
+
+
 def error(storage: Any, trial_id: int, described: Mapping[str, str]) -> None:
     """Why the trial failed: {"kind", "message", "where"} (see `tunepilot.errors.describe`)."""
     storage.set_trial_user_attr(trial_id, attrs.ERROR, dict(described))
@@ -174,6 +180,11 @@ def hint(study: optuna.Study, text: str) -> None:
     hints = list(study.user_attrs.get(attrs.HINTS) or [])
     hints.append({"text": str(text), "after_trial": len(study.trials)})
     study.set_user_attr(attrs.HINTS, hints)
+
+
+def calibration(study: optuna.Study, record: Mapping[str, Any]) -> None:
+    """The calibration the study's model starts from (`memory.calibrations`)."""
+    study.set_user_attr(attrs.CALIBRATION, dict(record))
 
 
 def warm_start(study: optuna.Study, found: Mapping[str, Any]) -> None:

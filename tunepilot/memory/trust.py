@@ -17,7 +17,10 @@ The rule (tests/test_trust.py):
 - The zero-shot opening (the first configs of a new study, from one turn) is judged trial by
   trial like any LLM trial: against the sampler's first trials, the draws it replaced. An
   opening turn with no valid answer loses once, as a proposal turn does.
-- Score: (wins + 1) / (judged + 2), so a model with no record starts at 1/2.
+- Score: (wins + 1) / (judged + 2), so a model with no record starts at 1/2. A model that
+  `tune calibrate` measured starts from that record instead (`calibrations.Calibration.prior`:
+  its wins on disguised tables, worth a few judged trials; none where it did not beat the
+  sampler, so it starts at the floor).
 - Share of the turns (in `review`, of the candidates it may override): `EVEN_SHARE` at a score
   of 1/2 (the published sweet spot of 30%), moving with the score by `SLOPE`, between `FLOOR`
   (a probe now and then, so a model that gets better is noticed) and `CEILING` (a model that
@@ -33,6 +36,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tunepilot.memory.calibrations import Calibration
 from tunepilot.memory.history import History, TrialRecord
 
 PEERS = 10
@@ -53,6 +57,7 @@ class Judged:
 class TrackRecord:
     judged: tuple[Judged, ...] = ()
     pending: int = 0  # LLM trials finished or running, not judged yet
+    calibration: Calibration | None = None  # where the record starts from, if calibrated
 
     @property
     def wins(self) -> int:
@@ -64,7 +69,9 @@ class TrackRecord:
 
     @property
     def score(self) -> float:
-        return (self.wins + 1) / (len(self.judged) + 2)
+        """(wins + 1) / (judged + 2), the calibration's record counted as judged trials."""
+        prior_wins, prior_judged = self.calibration.prior() if self.calibration else (0.0, 0.0)
+        return (self.wins + prior_wins + 1) / (len(self.judged) + prior_judged + 2)
 
     @property
     def share(self) -> float:
@@ -76,9 +83,15 @@ class TrackRecord:
         the share it earns `of` the overrides (`review`) or of the trials (`hybrid`)."""
         trials = len(self.judged) - self.invalid
         if not self.judged and not self.pending:
-            return None
+            if self.calibration is None:
+                return None
+            return (f"LLM record: none yet; {self.calibration.line()}"
+                    + (f"; it starts with {self.share:.0%} of the {of}" if share else ""))
         parts = [f"LLM record: {trials} of its trials judged, {self.wins} beat the sampler's "
                  "typical trial"]
+        if self.calibration is not None:
+            parts.append(f"calibrated ({self.calibration.date}): "
+                         f"{self.calibration.verdict}")
         if self.invalid:
             parts.append(f"{self.invalid} turn{'s' if self.invalid != 1 else ''} with no valid "
                          "answer")
@@ -105,7 +118,7 @@ def record(history: History) -> TrackRecord:
                 pending += 1
             else:
                 judged.append(verdict)
-    return TrackRecord(tuple(judged), pending)
+    return TrackRecord(tuple(judged), pending, history.calibration)
 
 
 def _nearest(peers: Sequence[TrialRecord], numbers: Sequence[int],

@@ -29,3 +29,15 @@ def _environment() -> Any:
         keep_trailing_newline=True,
         autoescape=False,  # prompts are plain text, not HTML
     )
+
+
+@cache
+def version() -> str:
+    """A short hash of every template: what a model was measured with (`tune calibrate`)."""
+    import hashlib
+
+    digest = hashlib.sha1()
+    for entry in sorted(resources.files(__package__).iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".j2"):
+            digest.update(entry.name.encode() + entry.read_bytes())
+    return digest.hexdigest()[:10]

@@ -68,6 +68,13 @@ def describe_cmaes(sampler: Any, study: optuna.Study, space: SearchSpace,
         f"CMA-ES has not started its search distribution yet ({len(complete)} trials complete)"]
 
 
+def describe_qmc(sampler: Any, study: optuna.Study, space: SearchSpace,
+                 search_space: Mapping[str, BaseDistribution],
+                 candidate: Mapping[str, Any] | None = None) -> list[str]:
+    return ["the first trials are a scrambled Sobol sequence: an even cover of the space, no "
+            "model yet; this candidate is its next point"]
+
+
 def describe_random(sampler: Any, study: optuna.Study, space: SearchSpace,
                     search_space: Mapping[str, BaseDistribution],
                     candidate: Mapping[str, Any] | None = None) -> list[str]:

@@ -45,7 +45,9 @@ class SamplerKind:
     tells whether a built sampler is this kind's (how a reviewer's view is found for the
     sampler that drew a candidate); `label` is what a reviewing model reads it as, and
     `describe` what it is shown of the sampler's state (none: only the candidate). `line`: the
-    first lines' word on it when the run starts, if more than its name.
+    first lines' word on it when the run starts, if more than its name. `redraw`: the kind that
+    draws again when a draw repeats a trial's config (a sampler whose draw costs a model fit
+    names a cheap one).
     """
 
     name: str
@@ -55,6 +57,7 @@ class SamplerKind:
     owns: Callable[[Any], bool] = lambda sampler: False
     describe: Describe | None = None
     line: Callable[[SearchSpace], str] | None = None
+    redraw: str | None = None  # the kind that draws again after a repeat (None: this one)
 
 
 REGISTRY: dict[str, SamplerKind] = {}
@@ -79,7 +82,9 @@ def get(name: str) -> SamplerKind:
 
 
 def kind_of(sampler: Any) -> SamplerKind | None:
-    """The registered kind a built sampler belongs to (None: a sampler of the user's)."""
+    """The registered kind a built sampler belongs to (None: a sampler of the user's); the
+    default's, the kind it picked for the trial."""
+    sampler = getattr(sampler, "inner", None) or sampler  # `auto.Auto`, once it has picked
     return next((k for k in REGISTRY.values() if k.owns(sampler)), None)
 
 
@@ -97,7 +102,8 @@ def describe(sampler: Any, study: optuna.Study, space: SearchSpace,
     kind = kind_of(sampler)
     if kind is None or kind.describe is None:
         return []
-    return kind.describe(sampler, study, space, search_space, candidate)
+    return kind.describe(getattr(sampler, "inner", None) or sampler, study, space, search_space,
+                         candidate)
 
 
 def study_seed(study: str, seed: int) -> int:
@@ -178,23 +184,48 @@ def _gp(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler
     return optuna.samplers.GPSampler(seed=seed)
 
 
-# `auto` (bench/README.md#the-default-sampler): CMA-ES on a mostly numeric space before trial
-# CMAES_UNTIL, then TPE, which models the CMA-ES trials; TPE alone on spaces of choices (CMA-ES
-# models no choices).
+def _qmc(seed: int | None, number: int) -> BaseSampler:
+    from tunepilot.proposers.auto import build
+
+    return build("qmc", seed, None, number)
+
+
+def bo_startup(space: SearchSpace | None) -> int:
+    """Trials before `bo` models: one more than the parameters (HEBO's start), 4 to 10."""
+    return min(10, max(4, len(space.params) + 1)) if space is not None else 10
+
+
+def _bo(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+    import optuna
+
+    startup = bo_startup(space)
+    if number < startup:
+        # One scrambled Sobol sequence for the study: its base seed, not the trial's.
+        base = None if seed is None else (seed - number) % 2**32
+        return optuna.samplers.QMCSampler(seed=base, scramble=True,
+                                          warn_independent_sampling=False,
+                                          warn_asynchronous_seeding=False)
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
+                                     warn_independent_sampling=False)
+
+
+# `cmaes-tpe`, the default until 2026-12-04 (bench/README.md#the-default-sampler): CMA-ES on a
+# mostly numeric space before trial CMAES_UNTIL, then TPE, which models the CMA-ES trials; TPE
+# alone on spaces of choices (CMA-ES models no choices).
 CMAES_UNTIL = 10
-# Under `auto`'s CMA-ES, the trials after which TPE models the choices
+# Under its CMA-ES, the trials after which TPE models the choices
 # (bench/README.md#the-default-sampler).
 CHOICES_STARTUP = 1
 
 
 def auto_kind(space: SearchSpace | None, number: int) -> str:
-    """"cmaes" or "tpe": what `auto` draws trial `number` of a study over `space` with."""
+    """"cmaes" or "tpe": what `cmaes-tpe` draws trial `number` of a study over `space` with."""
     if number < CMAES_UNTIL and space is not None and mostly_numeric(space):
         return "cmaes"
     return "tpe"
 
 
-def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+def _cmaes_tpe(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
     import optuna
 
     if auto_kind(space, number) == "cmaes":
@@ -208,17 +239,28 @@ def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampl
     return _tpe(seed, space, number)
 
 
+def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+    from tunepilot.proposers.auto import Auto
+
+    return Auto(seed, space, number)
+
+
 def _auto_line(space: SearchSpace) -> str:
-    if not mostly_numeric(space):
-        return ("sampler: auto: TPE, as most parameters are choices (CMA-ES models numbers "
-                "only)")
-    return (f"sampler: auto: CMA-ES from the first trial (choices by TPE) to trial "
-            f"{CMAES_UNTIL - 1}, then TPE: ahead of Optuna's default TPE at 5-20 trials on "
-            "HPOBench (bench/README.md#the-default-sampler)")
+    from tunepilot.proposers.auto import mostly_choices, startup
+
+    if mostly_choices(space):
+        return "sampler: auto: TPE, as most parameters are choices (a GP models choices poorly)"
+    return (f"sampler: auto: {startup(space)} Sobol points, then Gaussian-process BO while its "
+            "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
+            "longer ones), TPE's draws where they would not: ahead of Optuna's TPE and level "
+            "with its GP sampler on four families of problems "
+            "(bench/README.md#the-default-sampler)")
 
 
-register(SamplerKind("auto", _auto, "by the space, named with its reason when a run starts",
-                     line=_auto_line))
+register(SamplerKind("auto", _auto, "by the space and the trials' length, named with its "
+                     "reason when a run starts", line=_auto_line, redraw="random"))
+register(SamplerKind("cmaes-tpe", _cmaes_tpe, "CMA-ES to trial 9 (choices by TPE), then TPE: "
+                     "the default until 2026-12-04"))
 register(SamplerKind("tpe", _tpe, "Optuna's TPE (multivariate, constant liar)", label="TPE",
                      owns=_is("TPESampler"), describe=sampler_state.describe_tpe))
 register(SamplerKind("random", _random, "uniform random draws", label="random search",
@@ -227,4 +269,9 @@ register(SamplerKind("cmaes", _cmaes, "Optuna's CMA-ES (choices drawn at random)
                      label="CMA-ES", owns=_is("CmaEsSampler"),
                      describe=sampler_state.describe_cmaes))
 register(SamplerKind("gp", _gp, "Optuna's Gaussian-process BO (GPSampler)", label="GP",
-                     owns=_is("GPSampler")))
+                     owns=_is("GPSampler"), redraw="random"))
+register(SamplerKind("qmc", lambda seed, space, number: _qmc(seed, number),
+                     "a scrambled Sobol sequence (Optuna's QMCSampler)", label="Sobol points",
+                     owns=_is("QMCSampler"), describe=sampler_state.describe_qmc))
+register(SamplerKind("bo", _bo, "Sobol points, then Gaussian-process BO (Optuna's GPSampler)",
+                     redraw="random"))

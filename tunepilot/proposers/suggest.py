@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -113,6 +114,7 @@ class AgentSampler(BaseSampler):
     def __init__(self, space: SearchSpace, suggester: Suggester | None = None,
                  fallback: BaseSampler | None = None, *,
                  fallback_for_trial: Callable[[int], BaseSampler] | None = None,
+                 redraw_for_trial: Callable[[int], BaseSampler] | None = None,
                  lock: StudyLock | None = None,
                  on_created: Callable[[FrozenTrial], None] | None = None):
         """`fallback_for_trial(number)`, when given, makes the fallback for each trial: seeded
@@ -123,6 +125,9 @@ class AgentSampler(BaseSampler):
         self.space = space
         self.suggester = suggester
         self.fallback_for_trial = fallback_for_trial
+        # What draws again after a draw that repeats a trial's config (default: the fallback
+        # with another seed; a sampler that models the study at a cost redraws cheaply).
+        self.redraw_for_trial = redraw_for_trial or fallback_for_trial
         self.fallback = fallback or (fallback_for_trial(0) if fallback_for_trial else
                                      optuna.samplers.TPESampler(multivariate=True))
         self.lock = lock
@@ -186,6 +191,7 @@ class AgentSampler(BaseSampler):
         nothing. After `_REDRAWS` repeats (a small space, all of it tried) the last is kept."""
         history: History | None = None
         sampler = self.fallback
+        start = time.perf_counter()
         for attempt in range(_REDRAWS + 1):
             params = dict(sampler.sample_relative(study, trial, search_space))
             for name, dist in self.space.distributions().items():
@@ -194,9 +200,15 @@ class AgentSampler(BaseSampler):
             history = history or History.from_study(_whole(study), exclude=trial.number)
             if attempt == _REDRAWS or history.with_config(params, self.space) is None:
                 break
-            if self.fallback_for_trial is not None:  # the same sampler, another seed
-                sampler = self.fallback_for_trial(trial.number + (attempt + 1) * _REDRAW_STRIDE)
+            if self.redraw_for_trial is not None:  # another seed
+                sampler = self.redraw_for_trial(trial.number + (attempt + 1) * _REDRAW_STRIDE)
                 sampler.before_trial(study, trial)
+        # Which sampler drew it and its own time (the default rule weighs it against the
+        # trials' time).
+        from tunepilot.proposers.samplers import label
+
+        records.sampler(study._storage, trial._trial_id, label(self.fallback),
+                        time.perf_counter() - start)
         return params
 
     def _propose(self, study: optuna.Study, trial: FrozenTrial,
@@ -275,10 +287,13 @@ class AgentSampler(BaseSampler):
         """Optuna calls this in each process of ``n_jobs`` / forked workers: per-trial fallbacks
         are seeded afresh from then on, not only the current one."""
         self.fallback.reseed_rng()
+        offset = int(np.random.default_rng().integers(2**31))
         if self.fallback_for_trial is not None:
             seeded = self.fallback_for_trial
-            offset = int(np.random.default_rng().integers(2**31))
             self.fallback_for_trial = lambda number: seeded(number + offset)
+        if self.redraw_for_trial is not None:
+            redraw = self.redraw_for_trial
+            self.redraw_for_trial = lambda number: redraw(number + offset)
 
 
 def _whole(study: optuna.Study) -> optuna.Study:

@@ -13,7 +13,7 @@ import sys
 import typer
 
 # Importing the command modules registers their commands on the app.
-from tunepilot.ui import search_commands, study_commands  # noqa: F401
+from tunepilot.ui import calibrate_command, search_commands, study_commands  # noqa: F401
 from tunepilot.ui.app import EXIT_INTERRUPTED, app
 
 __all__ = ["app", "main"]

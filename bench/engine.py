@@ -1,0 +1,239 @@
+"""The engine, held out: tunepilot's samplers beside every optimizer a user could pick instead,
+on four families of problems (`bench/families.py`), each problem with and without a declared
+default, every strategy on the same problems and seeds in one run.
+
+    python bench/engine.py --seeds 20 --budget 50 --results bench/results/engine.jsonl
+    python bench/engine.py --strategies hebo,ax --families hpobench --seeds 10 --budget 30 ...
+    python bench/engine.py --results bench/results/engine.jsonl --saved-only   # the tables
+
+Strategies: the peers of `bench/peers.py` (optuna-tpe, optuna-gp, random, hyperopt, smac,
+hebo, ax, each with its own defaults) and tunepilot's samplers by their `--sampler` names
+(`tp:auto`, `tp:tpe`, `tp:gp`...), run through `tunepilot.Tuner` as `tune run` runs them (the
+declared default as the space's `default`, trial 0).
+
+It prints, per family and pooled over the families (each family weighs the same): the rank of
+the best config found (by the loss the optimizer saw; scored by its noise-free loss) at each
+budget, mean ± standard error over seeds (the problems of a family and both variants averaged
+per seed first), the paired difference against Optuna's `TPESampler()` in standard errors, and
+each strategy's own seconds a trial. `--results FILE` keeps each run as a JSON line and reuses
+what a file holds, so a long run can stop, resume, and spread over processes (`--jobs`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from families import FAMILIES, PROBLEMS, Problem, problem
+from peers import PEERS, Trial
+
+BUDGETS = (5, 10, 20, 30, 50)
+PEER = "optuna-tpe"  # the paired differences are against Optuna as it comes
+TRIAL_S = 60.0  # what a look-up says it took (see `run_tunepilot`)
+
+
+def run_tunepilot(sampler: str, p: Problem, seed: int, budget: int) -> list[Trial]:
+    """`tune run`'s engine on `p`: a `Tuner` with the sampler by name, the problem's default
+    as the space's default (trial 0), no pruning (one value per trial)."""
+    from tunepilot import SearchSpace, TrainResult, Tuner, trainers
+
+    space = p.space
+    if p.default is not None:
+        space = SearchSpace.of(**{n: param.model_copy(update={"default": p.default[n]})
+                                  for n, param in space.params.items()})
+    out: list[Trial] = []
+    spent = [0.0]
+
+    def train(config: Mapping[str, Any], report: Any) -> TrainResult:
+        start = time.perf_counter()
+        config = {k: config[k] for k in space.params}
+        seen, true = p.loss(config)
+        out.append(Trial(dict(config), seen, true, 0.0))
+        spent[0] += time.perf_counter() - start
+        # A look-up stands in for a training run: said to take a minute, so the default's
+        # cost rule lets its sampler spend what it would beside real trials (search quality
+        # is measured here; the sampler's own time is bench/samplers.py's).
+        return TrainResult(seen, (), TRIAL_S)
+
+    tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
+                  study=f"{p.family}-{p.name}-{seed}", sampler=sampler, pruner="none",
+                  seed=seed, display=None, warm_start=False)
+    start = time.perf_counter()
+    tuner.run(n_trials=budget)
+    own = (time.perf_counter() - start - spent[0]) / max(len(out), 1)
+    for t in out:
+        t.sampler_s = own
+    return out
+
+
+def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)  # one process a core, every strategy alike
+    strategy, family, name, seed, declared = key
+    p = problem(family, name, seed, declared)
+    if strategy.startswith("tp:"):
+        trials = run_tunepilot(strategy.removeprefix("tp:"), p, seed, budget)
+    else:
+        trials = PEERS[strategy](p, seed, budget)
+    best, ranks = math.inf, []
+    best_true = math.inf
+    for t in trials:
+        if t.seen < best:  # the config the optimizer would report, scored by its true loss
+            best, best_true = t.seen, t.true
+        ranks.append(p.rank(best_true))
+    return {"strategy": strategy, "family": family, "problem": name, "seed": seed,
+            "declared": declared, "budget": budget, "ranks": ranks,
+            "true": [t.true for t in trials], "sampler_s": [round(t.sampler_s, 4) for t in trials],
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def _key(r: Mapping[str, Any]) -> tuple[str, str, str, int, bool]:
+    return (r["strategy"], r["family"], r["problem"], r["seed"], r["declared"])
+
+
+def load(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    runs = []
+    for path in paths:
+        if path.exists():
+            runs += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return runs
+
+
+def benchmark(strategies: Sequence[str], families: Sequence[str], seeds: Sequence[int],
+              budget: int, paths: Sequence[Path], jobs: int = 1,
+              problems: Sequence[str] = ()) -> list[dict[str, Any]]:
+    runs = load(paths)
+    have = {_key(r) for r in runs if r["budget"] >= budget}
+    # Seed by seed, so a run stopped early holds every family at fewer seeds.
+    todo = [(s, f, n, seed, declared) for seed in seeds for f in families for n in PROBLEMS[f]
+            if not problems or n in problems for declared in (False, True) for s in strategies]
+    todo = [k for k in todo if k not in have]
+    print(f"{len(todo)} runs to do, {len(have)} kept", flush=True)
+    start = time.time()
+
+    def keep(run: dict[str, Any]) -> None:
+        runs.append(run)
+        if paths:
+            with paths[-1].open("a") as f:
+                f.write(json.dumps(run) + "\n")
+
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            for i, run in enumerate(pool.map(run_one, todo, [budget] * len(todo)), 1):
+                keep(run)
+                if i % 20 == 0:
+                    print(f"  {i}/{len(todo)} ({time.time() - start:.0f} s)", flush=True)
+    else:
+        for i, key in enumerate(todo, 1):
+            keep(run_one(key, budget))
+            if i % 20 == 0:
+                print(f"  {i}/{len(todo)} ({time.time() - start:.0f} s)", flush=True)
+    return runs
+
+
+# The tables ----------------------------------------------------------------------------------
+
+def per_seed(runs: Sequence[Mapping[str, Any]], strategy: str, family: str | None,
+             b: int) -> dict[int, float]:
+    """Per seed: the strategy's mean rank at budget `b` over the problems (both variants) of
+    `family`, or over the families (each the mean of its problems) where `family` is None."""
+    cells: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for r in runs:
+        if r["strategy"] == strategy and len(r["ranks"]) >= b and (
+                family is None or r["family"] == family):
+            cells[(r["seed"], r["family"])].append(r["ranks"][b - 1])
+    seeds: dict[int, list[float]] = defaultdict(list)
+    for (seed, _), values in cells.items():
+        seeds[seed].append(statistics.fmean(values))
+    return {s: statistics.fmean(v) for s, v in seeds.items()}
+
+
+def _se(xs: Sequence[float]) -> float:
+    return statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+
+
+def common(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> list[dict[str, Any]]:
+    """The runs of problems, variants and seeds that every one of `strategies` ran: only
+    those compare."""
+    keys: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
+    for r in runs:
+        keys[r["strategy"]].add((r["family"], r["problem"], r["seed"], r["declared"]))
+    shared = set.intersection(*(keys[s] for s in strategies)) if strategies else set()
+    return [dict(r) for r in runs if r["strategy"] in strategies
+            and (r["family"], r["problem"], r["seed"], r["declared"]) in shared]
+
+
+def table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str], family: str | None,
+          budgets: Sequence[int]) -> str:
+    head = "| strategy | " + " | ".join(f"rank @{b}" for b in budgets) + " | own s/trial |"
+    lines = [head, "|" + "---|" * (len(budgets) + 2)]
+    for s in strategies:
+        cells = []
+        for b in budgets:
+            mine = per_seed(runs, s, family, b)
+            if not mine:
+                cells.append("-")
+                continue
+            cell = f"{statistics.fmean(mine.values()):.4f} ± {_se(list(mine.values())):.4f}"
+            theirs = per_seed(runs, PEER, family, b)
+            paired = [mine[k] - theirs[k] for k in mine if k in theirs]
+            if s != PEER and len(paired) > 1 and _se(paired) > 0:
+                cell += f" ({statistics.fmean(paired) / _se(paired):+.1f} se)"
+            cells.append(cell)
+        own = [x for r in runs if r["strategy"] == s and (family is None or r["family"] == family)
+               for x in r["sampler_s"]]
+        seeds = len(per_seed(runs, s, family, budgets[0]))
+        own_cell = f"{statistics.fmean(own):.3f}" if own else "-"
+        lines.append(f"| {s} ({seeds} seeds) | " + " | ".join(cells) + f" | {own_cell} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--strategies", default="optuna-tpe,optuna-gp,random,hyperopt,tp:auto")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--problems", default="", help="only these problems (names)")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--budget", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--results", type=Path, action="append", default=[])
+    parser.add_argument("--saved-only", action="store_true")
+    args = parser.parse_args()
+    args.strategies_given = "--strategies" in sys.argv
+    strategies = [s for s in args.strategies.split(",") if s]
+    families = [f for f in args.families.split(",") if f]
+    if args.saved_only:
+        runs = load(args.results)
+        if not args.strategies_given:
+            strategies = sorted({r["strategy"] for r in runs}, key=lambda s: (s != PEER, s))
+    else:
+        runs = benchmark(strategies, families, range(args.first_seed,
+                                                     args.first_seed + args.seeds),
+                         args.budget, args.results, args.jobs,
+                         [p for p in args.problems.split(",") if p])
+    budgets = [b for b in BUDGETS if b <= args.budget]
+    runs = common(runs, strategies)
+    problems = len({(r["family"], r["problem"]) for r in runs})
+    seeds = len({r["seed"] for r in runs})
+    print(f"\n{problems} problems x 2 variants x {seeds} seeds that every strategy ran")
+    for family in [*families, None]:
+        print(f"\n{family or 'pooled (each family weighs the same)'}:\n")
+        print(table(runs, strategies, family, budgets))
+
+
+if __name__ == "__main__":
+    main()

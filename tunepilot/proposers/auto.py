@@ -1,0 +1,146 @@
+"""`--sampler auto`, tunepilot's default: which sampler draws each trial, and why.
+
+The rule (measured on four families of problems beside every peer:
+bench/README.md#the-default-sampler):
+
+1. The first trials (one more than the parameters, 4 to 10; the space's declared default among
+   them) are a scrambled Sobol sequence: they cover the space evenly where random draws clump.
+2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far, those still
+   running on other workers included, for as long as its own time fits the time share below.
+3. Where most parameters are choices, TPE from the start (a GP models choices poorly).
+4. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
+   10% beside 1-second trials and more beside long ones (`share`). A draw whose expected cost
+   would take the sampler past that share is TPE's instead (milliseconds), so short trials get
+   GP draws now and then and long ones every time. The cost of a GP draw is the last one's,
+   grown with the trials since; before any, `FIRST_GP_DRAW_S`.
+
+Each trial records which sampler drew it and in how long (`records.sampler`), so a resume and
+every worker apply the rule from the same figures.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING, Any
+
+from optuna.samplers import BaseSampler
+
+from tunepilot.memory import History
+from tunepilot.space import Categorical, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import FrozenTrial, TrialState
+
+# What a first GP draw is expected to cost before one is measured
+# (bench/README.md#the-samplers-own-time).
+FIRST_GP_DRAW_S = 0.5
+
+
+def share(trial_s: float) -> float:
+    """The share of the search's time the sampler may spend, beside trials of `trial_s`
+    seconds: 10% at 1 s or less, 10 points more for each factor of ten, at most 50%."""
+    return min(0.5, 0.1 * (1.0 + math.log10(max(trial_s, 1.0))))
+
+
+def startup(space: SearchSpace | None) -> int:
+    """Trials drawn from the Sobol sequence: one more than the parameters, 4 to 10."""
+    return min(10, max(4, len(space.params) + 1)) if space is not None else 10
+
+
+def mostly_choices(space: SearchSpace | None) -> bool:
+    """More than half the tuned parameters are choices: TPE's ground, not a GP's."""
+    if space is None or not space.params:
+        return False
+    choices = sum(isinstance(p, Categorical) for p in space.params.values())
+    return choices * 2 > len(space.params)
+
+
+def choose(history: History, space: SearchSpace | None, number: int) -> tuple[str, str]:
+    """("qmc" | "gp" | "tpe", why) for trial `number` of a study with `history`."""
+    if mostly_choices(space):
+        return "tpe", "most parameters are choices"
+    if number < startup(space):
+        return "qmc", f"the first {startup(space)} trials are an even Sobol cover"
+    done = [t for t in history if t.state in ("complete", "pruned", "fail")
+            and t.duration_s is not None]
+    trial_s = statistics.median(_trial_seconds(t) for t in done) if done else 0.0
+    spent = sum(float((t.sampler or {}).get("s") or 0.0) for t in history)
+    work = sum(_trial_seconds(t) for t in done)
+    gp = [(t.number, float(t.sampler["s"])) for t in history
+          if t.sampler and t.sampler.get("kind") == "GP" and t.sampler.get("s") is not None]
+    expected = (gp[-1][1] * max(1.0, number / max(gp[-1][0], 1)) if gp else FIRST_GP_DRAW_S)
+    allowed = share(trial_s)
+    if not done or spent + expected <= allowed * (work + trial_s):
+        return "gp", (f"its draws fit in {allowed:.0%} of the search's time beside trials of "
+                      f"{trial_s:.2g} s")
+    return "tpe", (f"a GP draw (~{expected:.2g} s) would take the sampler past {allowed:.0%} of "
+                   f"the search's time beside trials of {trial_s:.2g} s")
+
+
+def _trial_seconds(t: Any) -> float:
+    """A trial's own time: the trainer's figure where it gave one, else the trial's, less the
+    sampler's draw."""
+    if t.train is not None and t.train.wall_time_s:
+        return float(t.train.wall_time_s)
+    return max(0.0, float(t.duration_s or 0.0) - float((t.sampler or {}).get("s") or 0.0))
+
+
+class Auto(BaseSampler):
+    """The default sampler for one trial: it reads the study when the trial starts, picks the
+    sampler the rule names (`choose`), and is that sampler from then on."""
+
+    def __init__(self, seed: int | None, space: SearchSpace | None, number: int):
+        self.seed, self.space, self.number = seed, space, number
+        self.inner: BaseSampler | None = None
+        self.why = ""
+
+    def _pick(self, study: optuna.Study) -> BaseSampler:
+        if self.inner is None:
+            kind, self.why = choose(History.from_study(study), self.space, self.number)
+            self.inner = build(kind, self.seed, self.space, self.number)
+        return self.inner
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._pick(study).infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return self._pick(study).sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._pick(study).sample_independent(study, trial, param_name,
+                                                      param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._pick(study).before_trial(study, trial)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Any) -> None:
+        if self.inner is not None:
+            self.inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        if self.inner is not None:
+            self.inner.reseed_rng()
+
+
+def build(kind: str, seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+    import optuna
+
+    if kind == "qmc":
+        # One scrambled Sobol sequence for the study: its base seed, not the trial's.
+        base = None if seed is None else (seed - number) % 2**32
+        return optuna.samplers.QMCSampler(seed=base, scramble=True,
+                                          warn_independent_sampling=False,
+                                          warn_asynchronous_seeding=False)
+    if kind == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup(space),
+                                         warn_independent_sampling=False)
+    # multivariate: parameters interact; constant liar: other workers' running trials count
+    # as bad, so workers spread out.
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
