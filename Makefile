@@ -10,7 +10,7 @@ TORCH  ?= torch==2.13.0
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test test-fast install clean
+.PHONY: demo test test-fast install bench-env clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: $(STAMP)
 # While working: the suite without the tests marked slow (real training, subprocesses).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
+
+# The benchmarks' peers (bench/engine.py): the [bench] extra, then HEBO without its stale pins.
+bench-env: $(STAMP)
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q --no-deps "HEBO>=0.3.6"
 
 clean:
 	rm -rf $(VENV) tunepilot.db

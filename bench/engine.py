@@ -82,6 +82,9 @@ def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]
     import torch
 
     torch.set_num_threads(1)  # one process a core, every strategy alike
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     strategy, family, name, seed, declared = key
     p = problem(family, name, seed, declared)
     if strategy.startswith("tp:"):

@@ -62,6 +62,7 @@ from tasks import CLASSIC, HPOBENCH, _hpobench_table, get_task
 
 EXPERTS = ("oracle:1%", "noisy:0.5", "misleading", "accept", "garbage")
 STRATEGIES = ("optuna-tpe", "auto", *(f"review+open:{e}" for e in EXPERTS),
+              *(f"review+open+cal:{e}" for e in ("oracle:1%", "misleading")),
               *(f"review:{e}" for e in EXPERTS), "fixed:oracle:1%", "fixed:misleading")
 BUDGETS = (5, 10, 20, 30)
 TOP = 0.01
@@ -123,9 +124,12 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
     if strategy in ("optuna-tpe", "auto"):
         return run_one(task, strategy, seed, budget)
     mode, _, kind = strategy.partition(":")
+    calibrated = mode.endswith("+cal")  # its record starts from its `tune calibrate` verdict
+    mode = mode.removesuffix("+cal")
     tuner_kw: dict[str, Any] = {
         "sampler": "auto", "max_override_share": 0.3 if mode == "fixed" else None,
-        "opening": None if mode.endswith("+open") else 0}
+        "opening": None if mode.endswith("+open") else 0,
+        "calibration": expert_calibration(kind) if calibrated else False}
     how = "hybrid" if mode.startswith("hybrid") else "review"
     if kind == "local":
         from tunepilot.llm import local
@@ -142,6 +146,26 @@ def one(task_name: str, strategy: str, seed: int, budget: int) -> Run:
         requests = expert.requests
     run.strategy, run.model = strategy, f"expert {kind}; requests {requests}"
     return run
+
+
+def expert_calibration(kind: str) -> Any:
+    """The expert's `tune calibrate` verdict (the default calibration, on seeds apart from the
+    runs'), computed once and kept in bench/results/calibration-experts.json."""
+    from calibration import expert_for
+
+    from tunepilot.agent import calibrate as cal
+    from tunepilot.memory.calibrations import Calibration
+    from tunepilot.prompts import version
+
+    path = POOLS / "calibration-experts.json"
+    kept = json.loads(path.read_text()) if path.exists() else {}
+    if kind not in kept:
+        seeds = range(1000, 1000 + cal.DEFAULT_SEEDS)
+        with expert_for(kind, seeds) as expert:
+            report = cal.calibrate(expert.chat_model(), first_seed=seeds.start)
+        kept[kind] = report.calibration(version()).to_record()
+        path.write_text(json.dumps(kept, indent=1))
+    return Calibration.from_record(kept[kind])
 
 
 def _quantile(losses: Sequence[float], value: float) -> float:

@@ -19,8 +19,10 @@ round's engine, and tunepilot's default, seed by seed, side by side in one run.
   and with a data-size rung first: each config trains its epochs on the first quarter of the
   training rows, and goes on to the full data (a fresh model) only when that loss is at or under
   the median of the earlier trials' quarter-data losses (after 5 trials).
-- `pm` (with `--variants`): `default` with its choices left to chance for TPE's 10 random
-  start-up draws under `auto`'s CMA-ES, as before 2026-12-03 evening (the afternoon's default).
+- `cmaes-tpe` (with `--variants`): `default` with the sampler of before 2026-12-04 (CMA-ES to
+  trial 9, its choices by TPE, then TPE).
+- `pm` (with `--variants`): `cmaes-tpe` with its choices left to chance for TPE's 10 random
+  start-up draws under its CMA-ES, as before 2026-12-03 evening (the afternoon's default).
 
 The tunepilot runs go through the CLI's config path (`from_config`) on a fresh SQLite study in a
 temporary directory, with no LLM (`--strategy optuna`). "Time to target": seconds from the run's
@@ -109,7 +111,8 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int,
                 "defaults": {**before, "space": {}},
                 "patience": {**before, "epoch_patience": 2},
                 "rung1": {}, "nopruner": {"pruner": "none"}, "rows": {},
-                "pm": {}}[variant]
+                "pm": {"sampler": "cmaes-tpe"},
+                "cmaes-tpe": {"sampler": "cmaes-tpe"}}[variant]
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TuneConfig(strategy="optuna", seed=seed, target=target, n_trials=n_trials,
                          storage=f"sqlite:///{tmp}/s.db", **settings)

@@ -48,9 +48,14 @@ class Run:
     overrides: int = 0
     overrides_won: int = 0
     invalid: int = 0
-    tokens: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
     usd: float | None = None
     seconds: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
 
     def rank_at(self, n: int) -> float:
         return self.ranks[min(n, len(self.ranks)) - 1]
@@ -142,7 +147,9 @@ def run_table(table: Table, llm: LLMSettings | Any | None, budget: int = BUDGET)
     return Run(table, llm is not None, tuple(ranks), judged=len(record.judged),
                wins=record.wins, overrides=len(overrides),
                overrides_won=sum(1 for t in overrides if t.number in won),
-               invalid=record.invalid, tokens=history.llm_tokens(),
+               invalid=record.invalid,
+               tokens_in=sum(c.tokens_in for c in history.llm_calls()),
+               tokens_out=sum(c.tokens_out for c in history.llm_calls()),
                usd=_spend(history), seconds=seconds)
 
 
