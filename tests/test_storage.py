@@ -55,3 +55,35 @@ def test_the_documented_urls_open_and_a_missing_driver_says_so():
     open_storage(server_url("mysql"))
     with pytest.raises(ConfigError, match="database driver is not installed"):
         open_storage("postgresql+pg8000://postgres@127.0.0.1:5432/test")
+
+
+def test_the_study_lock_is_one_lock_in_a_process_and_reentrant_in_its_thread(any_storage,
+                                                                             study_name):
+    """A worker holds its study lock from its gate until Optuna creates the trial; if it finds
+    another worker's dead trial then, the code that records it takes the lock again through
+    another `StudyLock`. That must not wait for itself (it did, forever, on PostgreSQL), while
+    another thread still waits."""
+    import threading
+
+    from tunepilot.memory import open_storage
+    from tunepilot.memory.lock import StudyLock
+
+    storage = open_storage(any_storage)
+    gate, other = StudyLock(storage, study_name), StudyLock(storage, study_name)
+    entered = threading.Event()
+
+    def elsewhere() -> None:
+        with StudyLock(storage, study_name):
+            entered.set()
+
+    gate.acquire()
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    other.acquire()  # the same thread: at once
+    other.release()
+    other.close()
+    assert not entered.wait(0.3)  # another thread waits for the holder
+    gate.release()
+    assert entered.wait(30)
+    thread.join()
+    gate.close()

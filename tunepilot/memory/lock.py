@@ -20,20 +20,33 @@ import hashlib
 import threading
 from typing import Any, Self
 
-_LOCAL: dict[str, threading.RLock] = {}
-_LOCAL_GUARD = threading.Lock()
 _WAIT_S = 120  # a lock is held for milliseconds; two minutes means a server in trouble
 
 
+class _Shared:
+    """One study's lock as this process holds it: every `StudyLock` of the study in the
+    process is this one lock, re-entrant in the thread that holds it (a worker that holds its
+    gate and finds another worker's dead trial takes the lock again, on a connection of the
+    same session, instead of waiting for itself)."""
+
+    def __init__(self) -> None:
+        self.thread = threading.RLock()
+        self.depth = 0
+        self.conn: Any = None
+        self.file: Any = None
+
+
+_SHARED: dict[tuple[Any, ...], _Shared] = {}
+_SHARED_GUARD = threading.Lock()
+
+
 class StudyLock:
-    """Re-entrant in one thread; `with lock:` or `acquire()` / `release()`."""
+    """Re-entrant in one thread, across every `StudyLock` of the study in this process;
+    `with lock:` or `acquire()` / `release()`."""
 
     def __init__(self, storage: Any, study_name: str):
         self.name = study_name
-        self._depth = 0
-        self._conn: Any = None
-        self._file: Any = None
-        self._local: threading.RLock | None = None
+        self._depth = 0  # this object's own acquisitions, for `close`
         digest = hashlib.sha1(f"tunepilot:{study_name}".encode()).digest()
         self._key = int.from_bytes(digest[:8], "big", signed=True)
         self._mysql_name = "tunepilot:" + digest.hex()[:40]
@@ -43,39 +56,45 @@ class StudyLock:
         self._dialect = engine.dialect.name if engine is not None else None
         self._engine = engine if self._dialect in ("postgresql", "mysql", "mariadb") else None
         self._path = _journal_path(storage)
-        if self._engine is None and self._path is None:
-            with _LOCAL_GUARD:
-                self._local = _LOCAL.setdefault(study_name, threading.RLock())
+        where: Any = (str(self._engine.url) if self._engine is not None else self._path)
+        with _SHARED_GUARD:
+            self._shared = _SHARED.setdefault((where, study_name), _Shared())
 
     def acquire(self) -> None:
-        if self._depth:
-            self._depth += 1
-            return
-        if self._local is not None:
-            self._local.acquire()
-        elif self._engine is not None:
-            self._server_acquire()
-        else:
-            import fcntl
+        shared = self._shared
+        shared.thread.acquire()  # the other threads of this process wait here
+        try:
+            if shared.depth == 0:
+                if self._engine is not None:
+                    self._server_acquire()
+                elif self._path is not None:
+                    import fcntl
 
-            # Not FILE.lock: Optuna's own journal lock uses that name.
-            self._file = open(f"{self._path}.tunepilot-lock", "a")  # noqa: SIM115
-            fcntl.flock(self._file, fcntl.LOCK_EX)
-        self._depth = 1
+                    # Not FILE.lock: Optuna's own journal lock uses that name.
+                    shared.file = open(f"{self._path}.tunepilot-lock", "a")  # noqa: SIM115
+                    fcntl.flock(shared.file, fcntl.LOCK_EX)
+                # else SQLite or in-memory: one process, the thread lock is the lock
+        except BaseException:
+            shared.thread.release()
+            raise
+        shared.depth += 1
+        self._depth += 1
 
     def release(self) -> None:
         if self._depth == 0:
             return
+        shared = self._shared
         self._depth -= 1
-        if self._depth:
-            return
-        if self._local is not None:
-            self._local.release()
-        elif self._engine is not None:
-            self._server_release()
-        else:
-            self._file.close()  # closing the descriptor drops the flock
-            self._file = None
+        shared.depth -= 1
+        try:
+            if shared.depth == 0:
+                if self._engine is not None:
+                    self._server_release()
+                elif shared.file is not None:
+                    shared.file.close()  # closing the descriptor drops the flock
+                    shared.file = None
+        finally:
+            shared.thread.release()
 
     def __enter__(self) -> Self:
         self.acquire()
@@ -87,32 +106,37 @@ class StudyLock:
     def _server_acquire(self) -> None:
         from sqlalchemy import text
 
-        if self._conn is None:
+        shared = self._shared
+        if shared.conn is None:
             assert self._engine is not None
             # Autocommit: the lock belongs to the session, not to a transaction left open.
-            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            shared.conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         if self._dialect == "postgresql":
-            self._conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            shared.conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
             return
-        got = self._conn.execute(text("SELECT GET_LOCK(:n, :t)"),
-                                 {"n": self._mysql_name, "t": _WAIT_S}).scalar()
+        got = shared.conn.execute(text("SELECT GET_LOCK(:n, :t)"),
+                                  {"n": self._mysql_name, "t": _WAIT_S}).scalar()
         if got != 1:
             raise TimeoutError(f"the lock of study {self.name!r} was not free within {_WAIT_S} s")
 
     def _server_release(self) -> None:
         from sqlalchemy import text
 
+        conn = self._shared.conn
         if self._dialect == "postgresql":
-            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
         else:
-            self._conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": self._mysql_name})
+            conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": self._mysql_name})
 
     def close(self) -> None:
+        """Releases what this object holds; the connection goes when nobody holds the lock."""
         while self._depth:
             self.release()
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        shared = self._shared
+        with shared.thread:
+            if shared.depth == 0 and shared.conn is not None:
+                shared.conn.close()
+                shared.conn = None
 
 
 def _journal_path(storage: Any) -> str | None:

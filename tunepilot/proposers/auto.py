@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from optuna.samplers import BaseSampler
@@ -135,9 +136,11 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int) -
     if kind == "qmc":
         # One scrambled Sobol sequence for the study: its base seed, not the trial's.
         base = None if seed is None else (seed - number) % 2**32
-        return optuna.samplers.QMCSampler(seed=base, scramble=True,
-                                          warn_independent_sampling=False,
-                                          warn_asynchronous_seeding=False)
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.0, said every trial
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.QMCSampler(seed=base, scramble=True,
+                                              warn_independent_sampling=False,
+                                              warn_asynchronous_seeding=False)
     if kind == "gp":
         return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup(space),
                                          warn_independent_sampling=False)
