@@ -40,6 +40,17 @@ from families import FAMILIES, PROBLEMS, Problem, problem
 from peers import PEERS, Trial
 
 BUDGETS = (5, 10, 20, 30, 50)
+
+
+def _variants() -> None:
+    """Start-ups of the default tried beside it (not the product's): `auto-s10`, ten Sobol
+    trials before the GP whatever the space."""
+    from tunepilot.proposers import samplers
+    from tunepilot.proposers.auto import Auto
+
+    samplers.register(samplers.SamplerKind(
+        "auto-s10", lambda seed, space, number: Auto(seed, space, number, first=10),
+        "10 Sobol points, then the default's GP", redraw="random"))
 PEER = "optuna-tpe"  # the paired differences are against Optuna as it comes
 TRIAL_S = 60.0  # what a look-up says it took (see `run_tunepilot`)
 
@@ -67,9 +78,11 @@ def run_tunepilot(sampler: str, p: Problem, seed: int, budget: int) -> list[Tria
         # is measured here; the sampler's own time is bench/samplers.py's).
         return TrainResult(seen, (), TRIAL_S)
 
+    # A new study of its own storage: its first trial is the space's default, as `tune run`
+    # runs it (and no other study is there to warm-start from).
     tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
                   study=f"{p.family}-{p.name}-{seed}", sampler=sampler, pruner="none",
-                  seed=seed, display=None, warm_start=False)
+                  seed=seed, display=None)
     start = time.perf_counter()
     tuner.run(n_trials=budget)
     own = (time.perf_counter() - start - spent[0]) / max(len(out), 1)
@@ -86,6 +99,7 @@ def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     strategy, family, name, seed, declared = key
+    _variants()
     p = problem(family, name, seed, declared)
     if strategy.startswith("tp:"):
         trials = run_tunepilot(strategy.removeprefix("tp:"), p, seed, budget)

@@ -122,9 +122,6 @@ NUMERIC = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=T
 
 
 def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
-    choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),
-                             c=Float(0.0, 1.0))
-    assert auto.choose(History(), choices, 0)[0] == "tpe"  # most parameters are choices
     assert auto.startup(NUMERIC) == 4  # one more than the parameters, 4 to 10
     assert [auto.choose(History(), NUMERIC, n)[0] for n in range(5)] == ["qmc"] * 4 + ["gp"]
     sobol = [("Sobol points", 0.01)] * 4

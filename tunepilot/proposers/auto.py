@@ -7,8 +7,7 @@ bench/README.md#the-default-sampler):
    them) are a scrambled Sobol sequence: they cover the space evenly where random draws clump.
 2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far, those still
    running on other workers included, for as long as its own time fits the time share below.
-3. Where most parameters are choices, TPE from the start (a GP models choices poorly).
-4. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
+3. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
    10% beside 1-second trials and more beside long ones (`share`). A draw whose expected cost
    would take the sampler past that share is TPE's instead (milliseconds), so short trials get
    GP draws now and then and long ones every time. The cost of a GP draw is the last one's,
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.samplers import BaseSampler
 
 from tunepilot.memory import History
-from tunepilot.space import Categorical, SearchSpace
+from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
     import optuna
@@ -51,20 +50,13 @@ def startup(space: SearchSpace | None) -> int:
     return min(10, max(4, len(space.params) + 1)) if space is not None else 10
 
 
-def mostly_choices(space: SearchSpace | None) -> bool:
-    """More than half the tuned parameters are choices: TPE's ground, not a GP's."""
-    if space is None or not space.params:
-        return False
-    choices = sum(isinstance(p, Categorical) for p in space.params.values())
-    return choices * 2 > len(space.params)
-
-
-def choose(history: History, space: SearchSpace | None, number: int) -> tuple[str, str]:
-    """("qmc" | "gp" | "tpe", why) for trial `number` of a study with `history`."""
-    if mostly_choices(space):
-        return "tpe", "most parameters are choices"
-    if number < startup(space):
-        return "qmc", f"the first {startup(space)} trials are an even Sobol cover"
+def choose(history: History, space: SearchSpace | None, number: int,
+           first: int | None = None) -> tuple[str, str]:
+    """("qmc" | "gp" | "tpe", why) for trial `number` of a study with `history`; `first`: the
+    Sobol trials (default: `startup`)."""
+    first = startup(space) if first is None else first
+    if number < first:
+        return "qmc", f"the first {first} trials are an even Sobol cover"
     done = [t for t in history if t.state in ("complete", "pruned", "fail")
             and t.duration_s is not None]
     trial_s = statistics.median(_trial_seconds(t) for t in done) if done else 0.0
@@ -93,15 +85,18 @@ class Auto(BaseSampler):
     """The default sampler for one trial: it reads the study when the trial starts, picks the
     sampler the rule names (`choose`), and is that sampler from then on."""
 
-    def __init__(self, seed: int | None, space: SearchSpace | None, number: int):
+    def __init__(self, seed: int | None, space: SearchSpace | None, number: int,
+                 first: int | None = None):
         self.seed, self.space, self.number = seed, space, number
+        self.first = startup(space) if first is None else first
         self.inner: BaseSampler | None = None
         self.why = ""
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
-            kind, self.why = choose(History.from_study(study), self.space, self.number)
-            self.inner = build(kind, self.seed, self.space, self.number)
+            kind, self.why = choose(History.from_study(study), self.space, self.number,
+                                    self.first)
+            self.inner = build(kind, self.seed, self.space, self.number, self.first)
         return self.inner
 
     def infer_relative_search_space(self, study: optuna.Study,
@@ -130,7 +125,8 @@ class Auto(BaseSampler):
             self.inner.reseed_rng()
 
 
-def build(kind: str, seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
+          first: int | None = None) -> BaseSampler:
     import optuna
 
     if kind == "qmc":
@@ -142,8 +138,9 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int) -
                                               warn_independent_sampling=False,
                                               warn_asynchronous_seeding=False)
     if kind == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup(space),
-                                         warn_independent_sampling=False)
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=startup(space) if first is None else first,
+            warn_independent_sampling=False)
     # multivariate: parameters interact; constant liar: other workers' running trials count
     # as bad, so workers spread out.
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)

@@ -246,10 +246,8 @@ def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampl
 
 
 def _auto_line(space: SearchSpace) -> str:
-    from tunepilot.proposers.auto import mostly_choices, startup
+    from tunepilot.proposers.auto import startup
 
-    if mostly_choices(space):
-        return "sampler: auto: TPE, as most parameters are choices (a GP models choices poorly)"
     return (f"sampler: auto: {startup(space)} Sobol points, then Gaussian-process BO while its "
             "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
             "longer ones), TPE's draws where they would not: ahead of Optuna's TPE and level "

@@ -207,7 +207,7 @@ class AgentSampler(BaseSampler):
         # trials' time).
         from tunepilot.proposers.samplers import label
 
-        records.sampler(study._storage, trial._trial_id, label(self.fallback),
+        records.sampler(study._storage, trial._trial_id, label(sampler),
                         time.perf_counter() - start)
         return params
 
