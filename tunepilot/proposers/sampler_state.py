@@ -68,6 +68,20 @@ def describe_cmaes(sampler: Any, study: optuna.Study, space: SearchSpace,
         f"CMA-ES has not started its search distribution yet ({len(complete)} trials complete)"]
 
 
+def describe_gp(sampler: Any, study: optuna.Study, space: SearchSpace,
+                search_space: Mapping[str, BaseDistribution],
+                candidate: Mapping[str, Any] | None = None) -> list[str]:
+    """A GP's candidate: where its expected improvement over the best trial is highest."""
+    complete, pruned = _finished(study)
+    if len(complete) < getattr(sampler, "_n_startup_trials", 10):
+        return [f"the GP waits for {getattr(sampler, '_n_startup_trials', 10)} complete trials "
+                f"({len(complete)} are): this candidate is a random draw"]
+    best = min(complete, key=lambda t: float(t.value or 0.0))
+    return [f"a Gaussian process models the {len(complete)} complete trials; the candidate is "
+            "where it expects the largest improvement on the best one (#"
+            f"{best.number}: {format_params(best.params, list(space.params), digits=3)})"]
+
+
 def describe_qmc(sampler: Any, study: optuna.Study, space: SearchSpace,
                  search_space: Mapping[str, BaseDistribution],
                  candidate: Mapping[str, Any] | None = None) -> list[str]:

@@ -190,25 +190,6 @@ def _qmc(seed: int | None, number: int) -> BaseSampler:
     return build("qmc", seed, None, number)
 
 
-def bo_startup(space: SearchSpace | None) -> int:
-    """Trials before `bo` models: one more than the parameters (HEBO's start), 4 to 10."""
-    return min(10, max(4, len(space.params) + 1)) if space is not None else 10
-
-
-def _bo(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
-    import optuna
-
-    startup = bo_startup(space)
-    if number < startup:
-        # One scrambled Sobol sequence for the study: its base seed, not the trial's.
-        base = None if seed is None else (seed - number) % 2**32
-        return optuna.samplers.QMCSampler(seed=base, scramble=True,
-                                          warn_independent_sampling=False,
-                                          warn_asynchronous_seeding=False)
-    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=startup,
-                                     warn_independent_sampling=False)
-
-
 # `cmaes-tpe`, the default until 2026-12-04 (bench/README.md#the-default-sampler): CMA-ES on a
 # mostly numeric space before trial CMAES_UNTIL, then TPE, which models the CMA-ES trials; TPE
 # alone on spaces of choices (CMA-ES models no choices).
@@ -267,9 +248,8 @@ register(SamplerKind("cmaes", _cmaes, "Optuna's CMA-ES (choices drawn at random)
                      label="CMA-ES", owns=_is("CmaEsSampler"),
                      describe=sampler_state.describe_cmaes))
 register(SamplerKind("gp", _gp, "Optuna's Gaussian-process BO (GPSampler)", label="GP",
-                     owns=_is("GPSampler"), redraw="random"))
+                     owns=_is("GPSampler"), redraw="random",
+                     describe=sampler_state.describe_gp))
 register(SamplerKind("qmc", lambda seed, space, number: _qmc(seed, number),
                      "a scrambled Sobol sequence (Optuna's QMCSampler)", label="Sobol points",
                      owns=_is("QMCSampler"), describe=sampler_state.describe_qmc))
-register(SamplerKind("bo", _bo, "Sobol points, then Gaussian-process BO (Optuna's GPSampler)",
-                     redraw="random"))
