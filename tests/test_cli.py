@@ -363,3 +363,16 @@ def test_small_things_a_new_user_tripped_on(workdir):
     assert done.returncode == 0, done.stdout + done.stderr
     null = run_tune("run", "--data", "criteo:/dev/null", "--llm", "none", cwd=workdir)
     assert_refused(null, "/dev/null is not a regular file")
+
+
+def test_a_warm_start_that_is_the_default_runs_once(workdir):
+    (workdir / "toy.toml").write_text(
+        '[space]\nx = { type = "float", low = -10.0, high = 10.0, default = 2.0 }\n')
+    args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
+    assert run_tune(*args, "--n-trials", "3", "--study", "one", cwd=workdir).returncode == 0
+    two = run_tune(*args, "--n-trials", "2", "--study", "two", cwd=workdir)
+    assert two.returncode == 0, two.stderr
+    assert "its best, trial 0 (0), is already this study's trial 0" in two.stdout
+    trials = optuna.load_study(study_name="two",
+                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
+    assert trials[0].params == {"x": 2.0} and trials[1].params != trials[0].params

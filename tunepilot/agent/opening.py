@@ -48,7 +48,12 @@ def warm_start(study: optuna.Study, storage: Any, settings: Mapping[str, Any],
         snapped = space.snap(config)
     except ValueError:
         return f"{source}; {best}, is not queued: it lies outside this space's bounds"
-    number = len(study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:  # the study's own first trials, queued already
+        queued = t.system_attrs.get("fixed_params") or t.params
+        if all(queued.get(k) == v for k, v in snapped.items()):
+            return f"{source}; {best}, is already this study's trial {t.number}"
+    number = len(trials)
     records.enqueue(study, snapped, "enqueued", warm_start_from=found["study"])
     return (f"{source}; {best}, runs as trial {number}. A study of its own from scratch: "
             "another --trainer, --data or space, or warm_start=False in Python")
