@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tunepilot.agent.calibration_tables import Table, tables
@@ -99,7 +99,6 @@ class Report:
     summary: str
     seconds: float
     stopped: str | None = None  # why it stopped before every run ran (the LLM budget)
-    lines: list[str] = field(default_factory=list)
 
     def calibration(self, prompt_version: str) -> Calibration:
         mine = [r for r in self.runs if r.with_model and r.table.disguised]
@@ -168,16 +167,16 @@ def area(run: Run) -> float:
 
 
 def compare(runs: Sequence[Run], disguised: bool, budget: int) -> Comparison:
-    """The model against the sampler on one variant, pair by pair."""
+    """The model against the sampler on one variant, pair by pair: the gain in `area`, and the
+    mean rank at each budget (for the person)."""
     budgets = [b for b in BUDGETS if b <= budget] or [budget]
-    logrank = area
 
     mine = {(r.table.dataset, r.table.seed): r for r in runs
             if r.with_model and r.table.disguised == disguised}
     alone = {(r.table.dataset, r.table.seed): r for r in runs
              if not r.with_model and r.table.disguised == disguised}
     keys = sorted(set(mine) & set(alone))
-    diffs = [logrank(mine[k]) - logrank(alone[k]) for k in keys]
+    diffs = [area(mine[k]) - area(alone[k]) for k in keys]
 
     def to_top(rs: list[Run]) -> float:
         return statistics.median([r.to_top or math.inf for r in rs]) if rs else math.inf
@@ -261,14 +260,14 @@ def calibrate(llm: LLMSettings | Any, *, datasets: Sequence[str] = DEFAULT_TABLE
                 on_run(run, len(runs), len(work))
     published = compare(runs, False, budget)
     disguised = compare(runs, True, budget)
-    pairs = _recall(runs, budget)
+    pairs = _recall(runs)
     said = verdict(published, disguised)
     summary = summarize(runs, published, disguised, said)
     return Report(model, endpoint, tuple(runs), published, disguised, pairs, said, summary,
                   time.perf_counter() - start, stopped)
 
 
-def _recall(runs: Sequence[Run], budget: int) -> tuple[float, float]:
+def _recall(runs: Sequence[Run]) -> tuple[float, float]:
     """Published minus disguised gain, paired per table and seed (< 0: better on the published
     tables)."""
     def gain(model: Run, alone: Run) -> float:
