@@ -153,6 +153,21 @@ def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
     assert "GP" in kinds[4:7]  # as soon as the share can pay for a first draw, then measured
 
 
+def test_sobol_draws_the_whole_space_while_other_workers_trials_are_half_drawn(caplog):
+    """Workers starting together: the only trials are running ones, one parameter drawn so far.
+    Optuna's QMC sampler would read a conditional space off them and warn every worker."""
+    study = optuna.create_study()
+    running = study.ask()
+    running.suggest_float("lr", 1e-5, 1.0, log=True)
+    second = study.ask()
+    sobol = auto.Auto(0, NUMERIC, second.number)
+    with caplog.at_level("WARNING", logger="optuna"):
+        space = sobol.infer_relative_search_space(study, study.trials[second.number])
+        config = sobol.sample_relative(study, study.trials[second.number], space)
+    assert set(space) == set(NUMERIC.params) and set(config) == set(NUMERIC.params)
+    assert not [r for r in caplog.records if "conditions" in r.getMessage()]
+
+
 def test_cmaes_tpe_picks_by_the_space_and_the_trial():
     numeric = NUMERIC
     choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),

@@ -24,7 +24,7 @@ import statistics
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from optuna.samplers import BaseSampler
+from optuna.samplers import BaseSampler, QMCSampler
 
 from tunepilot.memory import History
 from tunepilot.space import SearchSpace
@@ -125,6 +125,23 @@ class Auto(BaseSampler):
             self.inner.reseed_rng()
 
 
+class _Sobol(QMCSampler):
+    """Optuna's QMC sampler told the space. Alone, it reads the space off the study's first
+    trial, and before one has finished off the trials running; with several workers starting
+    at once those hold half-drawn configs, and it warned of a conditional space on every
+    worker's terminal. tunepilot's spaces have no conditions: the whole space is known."""
+
+    def __init__(self, space: SearchSpace | None, **kw: Any):
+        super().__init__(**kw)
+        self._space = space.distributions() if space is not None else None
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self._space is None:
+            return super().infer_relative_search_space(study, trial)
+        return dict(self._space)
+
+
 def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
           first: int | None = None) -> BaseSampler:
     import optuna
@@ -134,9 +151,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
         base = None if seed is None else (seed - number) % 2**32
         with warnings.catch_warnings():  # "experimental" since Optuna 3.0, said every trial
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.QMCSampler(seed=base, scramble=True,
-                                              warn_independent_sampling=False,
-                                              warn_asynchronous_seeding=False)
+            return _Sobol(space, seed=base, scramble=True, warn_independent_sampling=False,
+                          warn_asynchronous_seeding=False)
     if kind == "gp":
         return optuna.samplers.GPSampler(
             seed=seed, n_startup_trials=startup(space) if first is None else first,
