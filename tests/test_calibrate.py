@@ -77,6 +77,8 @@ def test_calibrate_keeps_what_a_later_run_starts_from_and_no_secret(tmp_path, mo
         assert "not worth its turns" in done.stdout
         assert "published, model" in done.stdout and "disguised, sampler alone" in done.stdout
         assert "cost: " in done.stdout and "tokens, $" in done.stdout
+        # no bar in a pipe: lines now and then instead
+        assert "searches: 8 of 16 done" in done.stdout and "searches: 16 of 16" in done.stdout
         kept = (home / "calibrations.json").read_text()
         assert "s3cret" not in kept and "sk-calibrate-secret" not in kept
         [record] = json.loads(kept)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Annotated, Any
 
 import typer
@@ -66,8 +67,15 @@ def calibrate(
                       console=console, transient=True) as progress:
             bar = progress.add_task("searches", total=len(datasets) * seeds * 4)
 
+            started = time.monotonic()
+            step = max(1, (len(datasets) * seeds * 4) // 8)
+
             def seen(run: Any, done: int, total: int) -> None:
                 progress.update(bar, completed=done)
+                if not console.is_terminal and (done % step == 0 or done == total):
+                    # no bar in a log or a pipe: a line now and then says it is moving
+                    say(console, f"searches: {done} of {total} done "
+                        f"({time.monotonic() - started:.0f} s)")
 
             report = cal.calibrate(settings, datasets=datasets, seeds=seeds,
                                    first_seed=first_seed, budget=trials, llm_budget_usd=llm_budget,
