@@ -3,10 +3,11 @@ default calibration repeated with other seeds, and what it costs.
 
     python bench/calibration.py --repeats 20 --results bench/results/calibration-20.jsonl
 
-Each repetition is the default calibration (4 tables x 2 seeds, 20 trials a search, published
-and disguised, the expert beside the sampler alone) with seeds 2r, 2r + 1. The experts serve
-every table by its space; `memorizer` knows the published tables' best configs and guesses on
-the disguised ones. It prints, per expert, how often each verdict came, and the wall time, the
+Each repetition is the default calibration (4 tables x S seeds, 20 trials a search, published
+and disguised, the expert beside the sampler alone) on seeds of its own (repetition r: seeds
+rS to rS + S - 1). The experts serve every table by its space and, for the published tables
+(one space), the data set the task text names; `memorizer` knows the published tables' best
+configs and guesses on the disguised ones. It prints, per expert, how often each verdict came, and the wall time, the
 requests and the tokens a calibration took (the dollars at gpt-4o-mini's published prices,
 $0.15 and $0.60 per million input and output tokens).
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from experts import Expert, signature
+from experts import Expert, served
 
 from tunepilot.agent import calibrate as cal
 from tunepilot.agent.calibration_tables import tables
@@ -36,15 +37,12 @@ PRICES = (0.15, 0.60)  # gpt-4o-mini, USD per million tokens in and out
 
 
 def expert_for(kind: str, seeds: range) -> Expert:
-    problems = tables(cal.DEFAULT_TABLES, seeds)
-    return Expert(kind, [], seed=seeds.start,
-                  problems={signature(t.space.params): t.ranked() for t in problems},
-                  published=frozenset(signature(t.space.params) for t in problems
-                                      if not t.disguised))
+    problems, published = served(tables(cal.DEFAULT_TABLES, seeds))
+    return Expert(kind, [], seed=seeds.start, problems=problems, published=published)
 
 
 def one(kind: str, repeat: int) -> dict:
-    seeds = range(2 * repeat, 2 * repeat + cal.DEFAULT_SEEDS)
+    seeds = range(cal.DEFAULT_SEEDS * repeat, cal.DEFAULT_SEEDS * (repeat + 1))
     start = time.perf_counter()
     with expert_for(kind, seeds) as expert:
         report = cal.calibrate(expert.chat_model(), first_seed=seeds.start)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,21 @@ def signature(properties: Mapping[str, Any]) -> tuple[Any, ...]:
         out.append((name, None if low is None else float(low), None if high is None
                     else float(high)))
     return tuple(out)
+
+
+def served(tables: Sequence[Any]) -> tuple[dict[tuple[Any, ...], list[dict[str, Any]]],
+                                           frozenset[tuple[Any, ...]]]:
+    """What an expert serving `tune calibrate`'s tables is given: each table's ranking, keyed by
+    its `signature` and, for a published table, the data set its task names (the published
+    tables share one space: a model tells them apart by the name); and the keys a `memorizer`
+    has read about (the published ones)."""
+    problems, published = {}, set()
+    for t in tables:
+        key = signature(t.space.params) + ((("named", t.dataset),) if not t.disguised else ())
+        problems[key] = t.ranked()
+        if not t.disguised:
+            published.add(key)
+    return problems, frozenset(published)
 
 
 def _fraction(text: str) -> float:
@@ -84,6 +100,7 @@ class Expert:
         self.rng = random.Random(f"{kind}-{seed}")
         self.proposed: set[str] = set()
         self.requests = 0
+        self._lock = threading.Lock()
         self._server = ScriptedLLMServer(self.answer, model=f"expert-{kind}")
 
     # What it knows ------------------------------------------------------------------------
@@ -126,12 +143,16 @@ class Expert:
 
     def answer(self, request: Mapping[str, Any]) -> str:
         """The assistant message for a chat-completions request body."""
+        with self._lock:  # the server answers requests of several searches in threads
+            return self._answer(request)
+
+    def _answer(self, request: Mapping[str, Any]) -> str:
         self.requests += 1
         if self.name == "garbage":
             return "I would raise the learning rate a little and see what happens."
         schema = ((request.get("response_format") or {}).get("json_schema") or {}).get(
             "schema") or {}
-        self._for(schema)
+        self._for(schema, " ".join(str(m.get("content")) for m in request.get("messages", [])))
         review = "decision" in (schema.get("properties") or {})
         if "configs" in (schema.get("properties") or {}):  # the opening: k configs at once
             if self.name == "accept":  # knows nothing: the sampler starts alone
@@ -147,13 +168,17 @@ class Expert:
         body: dict[str, Any] = {"config": config, "rationale": why}
         return json.dumps({"decision": "override", **body} if review else body)
 
-    def _for(self, schema: Mapping[str, Any]) -> None:
-        """Picks the ranking of the problem a request is about (an expert of several)."""
+    def _for(self, schema: Mapping[str, Any], text: str) -> None:
+        """Picks the ranking of the problem a request is about (an expert of several): by its
+        parameters, and by the data set its text names where several share them."""
         if not self.problems:
             return
         props = schema.get("properties") or {}
         config = props.get("config") or (props.get("configs") or {}).get("items") or {}
         key = signature(config.get("properties") or {})
+        named = [k for k in self.problems if len(k) == len(key) + 1 and k[:-1] == key
+                 and repr(k[-1][1]) in text]
+        key = named[0] if named else key
         if key in self.problems:
             self.ranked = self.problems[key]
         self.guessing = self.name == "memorizer" and key not in self.published

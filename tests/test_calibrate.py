@@ -31,12 +31,8 @@ def _experts():
 def expert(kind: str):
     """An expert serving every calibration table, published and disguised, by its space."""
     experts = _experts()
-    problems = tables(DATASETS, range(SEEDS))
-    return experts.Expert(
-        kind, [], seed=0,
-        problems={experts.signature(t.space.params): t.ranked() for t in problems},
-        published=frozenset(experts.signature(t.space.params) for t in problems
-                            if not t.disguised))
+    problems, published = experts.served(tables(DATASETS, range(SEEDS)))
+    return experts.Expert(kind, [], seed=0, problems=problems, published=published)
 
 
 NOT_WORTH = {calibrations.LEVEL, calibrations.WORSE}
