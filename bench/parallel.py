@@ -49,9 +49,10 @@ def one(seed: int, workers: int, trials: int, url: str, sleep_s: float) -> dict[
         return TrainResult(seen, (), sleep_s)
 
     study = f"parallel-{seed}-{workers}-{uuid.uuid4().hex[:6]}"
-    tuners = [Tuner(trainers.callable(train), p.space, storage=open_storage(url), study=study,
+    storages = [open_storage(url) for _ in range(workers)]
+    tuners = [Tuner(trainers.callable(train), p.space, storage=storage, study=study,
                     sampler="auto", pruner="none", seed=seed, display=None,
-                    warm_start=i == 0) for i in range(workers)]
+                    warm_start=i == 0) for i, storage in enumerate(storages)]
     tuners[0].study  # noqa: B018 (created once, by the first)
     threads = [threading.Thread(target=t.run, kwargs={"n_trials": trials}) for t in tuners]
     start = time.perf_counter()
@@ -74,7 +75,9 @@ def one(seed: int, workers: int, trials: int, url: str, sleep_s: float) -> dict[
             to_running.append(min(_distance(here, _unit(p.space, o.params)) for o in running))
         if earlier:
             to_earlier.append(min(_distance(here, _unit(p.space, o.params)) for o in earlier))
-    optuna.delete_study(study_name=study, storage=url)
+    optuna.delete_study(study_name=study, storage=storages[0])
+    for storage in storages:  # each holds connections: a long run would use up the server's
+        storage.engine.dispose()
     return {"seed": seed, "workers": workers, "rank": rank, "wall": wall,
             "to_running": to_running, "to_earlier": to_earlier}
 

@@ -87,3 +87,28 @@ def test_the_study_lock_is_one_lock_in_a_process_and_reentrant_in_its_thread(any
     assert entered.wait(30)
     thread.join()
     gate.close()
+
+
+def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch):
+    """What PostgreSQL says when its max_connections are taken, as Optuna wraps it (a
+    StorageInternalError whose own words are "an exception is raised during the commit")."""
+    import optuna
+    import pytest
+
+    from tunepilot.errors import ConfigError
+    from tunepilot.memory import store
+
+    def full(url: str, beat: object) -> None:
+        try:
+            raise RuntimeError('connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
+                               "sorry, too many clients already")
+        except RuntimeError as e:
+            raise optuna.exceptions.StorageInternalError(
+                "An exception is raised during the commit.") from e
+
+    monkeypatch.setattr(store, "_rdb_storage", full)
+    with pytest.raises(ConfigError) as said:
+        store.open_storage("postgresql://me:s3cret@127.0.0.1:5432/tune")
+    text = str(said.value)
+    assert "has no connection left" in text and "too many clients" in text
+    assert "max_connections" in text and "s3cret" not in text

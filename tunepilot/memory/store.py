@@ -80,11 +80,25 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
                 "both come with tunepilot, so reinstall it, or name a driver you have, e.g. "
                 "postgresql+psycopg2://."
             ) from None
+        said = f"{type(e).__name__}: {_one_line(e)}"
+        if e.__cause__ is not None:  # Optuna's StorageInternalError hides what the server said
+            said += f" ({_one_line(e.__cause__)})"
+        if any(m in said.lower() for m in _NO_CONNECTION_LEFT):
+            raise ConfigError(
+                f"Cannot open storage {redact(url)}: the database server has no connection left "
+                f"for it ({said}). Other programs or workers hold them all: stop some, or raise "
+                "the server's limit (PostgreSQL: max_connections; MySQL: max_connections)."
+            ) from None
         raise ConfigError(
-            f"Cannot open storage {redact(url)}: {type(e).__name__}: {_one_line(e)}. Check that "
+            f"Cannot open storage {redact(url)}: {said}. Check that "
             "the database server is running and the URL (user, host, port, database) is right; "
             "for MySQL use mysql+pymysql://."
         ) from None
+
+
+# What PostgreSQL and MySQL say when every connection they allow is taken.
+_NO_CONNECTION_LEFT = ("too many clients", "too many connections",
+                       "remaining connection slots are reserved")
 
 
 # What SQLite says of a file that is not a whole database (cut short, overwritten).
