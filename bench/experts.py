@@ -34,6 +34,7 @@ import json
 import random
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -85,9 +86,10 @@ class Expert:
 
     def __init__(self, kind: str, ranked: Sequence[Mapping[str, Any]], seed: int = 0, *,
                  problems: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any]]] | None = None,
-                 published: frozenset[tuple[Any, ...]] = frozenset()):
+                 published: frozenset[tuple[Any, ...]] = frozenset(), delay: float = 0.0):
         """`problems`: rankings by `signature`, for an expert serving several; `published`:
-        the signatures a `memorizer` has read about (it guesses on the others)."""
+        the signatures a `memorizer` has read about (it guesses on the others); `delay`: the
+        seconds it takes to answer, as a model behind an API does (requests overlap)."""
         name, _, arg = kind.partition(":")
         if name not in _NAMES or (name in ("oracle", "noisy", "picky") and not arg):
             raise ValueError(f"unknown expert {kind!r}; expected one of {', '.join(KINDS)}")
@@ -101,6 +103,7 @@ class Expert:
         self.proposed: set[str] = set()
         self.requests = 0
         self._lock = threading.Lock()
+        self.delay = delay
         self._server = ScriptedLLMServer(self.answer, model=f"expert-{kind}")
 
     # What it knows ------------------------------------------------------------------------
@@ -143,6 +146,8 @@ class Expert:
 
     def answer(self, request: Mapping[str, Any]) -> str:
         """The assistant message for a chat-completions request body."""
+        if self.delay:
+            time.sleep(self.delay)
         with self._lock:  # the server answers requests of several searches in threads
             return self._answer(request)
 
