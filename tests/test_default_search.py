@@ -3,6 +3,7 @@ and named with its reason."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,34 @@ def test_sobol_draws_the_whole_space_while_other_workers_trials_are_half_drawn(c
         config = sobol.sample_relative(study, study.trials[second.number], space)
     assert set(space) == set(NUMERIC.params) and set(config) == set(NUMERIC.params)
     assert not [r for r in caplog.records if "conditions" in r.getMessage()]
+
+
+def test_a_gp_built_for_each_trial_fits_its_kernel_from_the_last_trials(monkeypatch):
+    """Optuna's GPSampler keeps its fitted kernel to start the next fit from; tunepilot builds
+    a sampler per trial (seeded by it), which must start from the study's last fit too."""
+    import optuna.samplers._gp.sampler as gp_sampler
+
+    gp = gp_sampler.gp  # the module as the sampler sees it (Optuna imports it lazily)
+    fit, started_from = gp.fit_kernel_params, []
+
+    def recording(*args: Any, **kw: Any) -> Any:
+        started_from.append(kw.get("gpr_cache"))
+        return fit(*args, **kw)
+
+    monkeypatch.setattr(gp, "fit_kernel_params", recording)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+
+    def objective(trial: optuna.Trial) -> float:
+        config = NUMERIC.sample(trial)
+        return abs(math.log10(config["lr"]) + 3) + (config["act"] == "tanh")
+
+    study.optimize(objective, 6)
+    for number in (6, 7):
+        study.sampler = auto.build("gp", number, NUMERIC, number, first=4)
+        study.optimize(objective, 1)
+    assert len(started_from) == 2, started_from
+    assert started_from[0] is None and started_from[1] is not None
+    assert study.trials[7].params != study.trials[6].params
 
 
 def test_cmaes_tpe_picks_by_the_space_and_the_trial():

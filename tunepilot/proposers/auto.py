@@ -24,7 +24,7 @@ import statistics
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from optuna.samplers import BaseSampler, QMCSampler
+from optuna.samplers import BaseSampler, GPSampler, QMCSampler
 
 from tunepilot.memory import History
 from tunepilot.space import SearchSpace
@@ -125,6 +125,30 @@ class Auto(BaseSampler):
             self.inner.reseed_rng()
 
 
+# The kernel each study's last GP draw in this process fitted, by (storage, study id).
+_KERNELS: dict[tuple[int, int], Any] = {}
+
+
+class GP(GPSampler):
+    """Optuna's GPSampler, built anew for each trial (seeded by it), that starts fitting its
+    kernel where the study's last GP draw in this process left it, as one GPSampler kept for a
+    whole study does (Optuna keeps the fitted kernel in the sampler to start the next fit from
+    it; a sampler built per trial fitted from scratch every time)."""
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
+            return super().sample_relative(study, trial, search_space)
+        key = (id(study._storage), study._study_id)
+        if self._gprs_cache_list is None:
+            self._gprs_cache_list = _KERNELS.get(key)
+        try:
+            return super().sample_relative(study, trial, search_space)
+        finally:
+            if self._gprs_cache_list is not None:
+                _KERNELS[key] = self._gprs_cache_list
+
+
 class _Sobol(QMCSampler):
     """Optuna's QMC sampler told the space. Alone, it reads the space off the study's first
     trial, and before one has finished off the trials running; with several workers starting
@@ -154,9 +178,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
             return _Sobol(space, seed=base, scramble=True, warn_independent_sampling=False,
                           warn_asynchronous_seeding=False)
     if kind == "gp":
-        return optuna.samplers.GPSampler(
-            seed=seed, n_startup_trials=startup(space) if first is None else first,
-            warn_independent_sampling=False)
+        return GP(seed=seed, n_startup_trials=startup(space) if first is None else first,
+                  warn_independent_sampling=False)
     # multivariate: parameters interact; constant liar: other workers' running trials count
     # as bad, so workers spread out.
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)

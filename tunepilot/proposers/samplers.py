@@ -179,9 +179,9 @@ def _cmaes(seed: int | None, space: SearchSpace | None, number: int) -> BaseSamp
 
 
 def _gp(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
-    import optuna
+    from tunepilot.proposers.auto import GP
 
-    return optuna.samplers.GPSampler(seed=seed)
+    return GP(seed=seed)
 
 
 def _qmc(seed: int | None, number: int) -> BaseSampler:
