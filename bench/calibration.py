@@ -63,7 +63,9 @@ def one(kind: str, repeat: int, delay: float = 0.0) -> dict:
 def _word(verdict: str) -> str:
     from tunepilot.memory import calibrations as c
 
-    return {c.WORTH: "worth", c.RECALLS: "recalls"}.get(verdict, "not worth")
+    if verdict.startswith(c.RECALLS.split(";")[0]):  # "...; level" or "...; behind" on disguised
+        return "recalls"
+    return "worth" if verdict == c.WORTH else "not worth"
 
 
 def main() -> None:
