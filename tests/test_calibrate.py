@@ -81,14 +81,12 @@ def test_calibrate_keeps_what_a_later_run_starts_from_and_no_secret(tmp_path, mo
         assert record["model"] == "expert-misleading" and record["endpoint"].startswith(
             "http://me:") and record["verdict"] in NOT_WORTH
         # A run with that model reads it, says so, and its share starts at the floor.
-        run = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "10",
+        run = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "3",
                        "--llm", "openai:expert-misleading", "--llm-base-url", url,
                        cwd=workdir, env=env)
         assert run.returncode == 0, run.stdout + run.stderr
         assert "calibration of expert-misleading at http://me:" in run.stdout
         assert "; its record starts from it" in run.stdout and "s3cret" not in run.stdout
-        # ... and a model that lost in calibration gets no opening turn
-        assert "LLM opening: not asked (its calibration: " in run.stdout
     from tunepilot.memory import History, load_study, trust
 
     history = History.from_study(load_study(f"sqlite:///{workdir / 'tunepilot.db'}", None))

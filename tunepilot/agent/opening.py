@@ -87,13 +87,6 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
     with lock:  # claimed in one step across workers; the model is asked outside the lock
         if not records.claim_opening(study, k, llm.model_name):
             return
-    calibration = History.from_study(study).calibration
-    if calibration is not None and not calibration.worth:  # it lost in calibration: no turns
-        records.opening(study, {"asked": 0, "model": llm.model_name, "taken": 0, "error": None,
-                                "not asked": calibration.verdict})
-        say(f"LLM opening: not asked (its calibration: {calibration.verdict}); the sampler "
-            "starts alone")
-        return
     queued = [dict(t.system_attrs.get("fixed_params") or {})
               for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING"]
     try:

@@ -47,8 +47,7 @@ NOTES = "tunepilot:notes"  # {"text", "trial"}: the agent's current notes
 HINTS = "tunepilot:hints"  # [{"text", "after_trial"}]: what the person told the agent
 CHANGES = "tunepilot:changes"  # [{"after_trial", "changes": [...]}]: accepted identity changes
 # The LLM's zero-shot opening of a new study: {"asked": k, "taken": n, "model", "error"} (error:
-# why it gave no valid answer, None when it did; "not asked": the calibration's verdict, when a
-# model that lost in `tune calibrate` is given no opening).
+# why it gave no valid answer, None when it did).
 OPENING = "tunepilot:opening"
 # What `tune calibrate` measured of the study's model when the study first ran with it
 # (`memory.calibrations.Calibration`): the model's record starts from it.
