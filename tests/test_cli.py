@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -18,6 +20,8 @@ from tunepilot.memory.text import format_params
 TOY = """
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 def quadratic(config, report):
     return (config["x"] - 2.0) ** 2
@@ -308,18 +312,26 @@ def test_show_and_best_read_the_newest_of_several_studies_and_say_which(workdir)
     assert named.returncode == 0 and "newest" not in named.stderr
 
 
-def test_a_new_study_says_where_its_warm_start_comes_from_after_its_own_default(workdir):
+def _second_study(workdir: Path, default: float, first_trials: int) -> tuple[Any, list[Any]]:
+    """Study "one" of `first_trials` trials, then study "two" of 2 on the same task (it
+    warm-starts from one): two's run and its trials."""
     (workdir / "toy.toml").write_text(
-        '[space]\nx = { type = "float", low = -10.0, high = 10.0, default = 0.0 }\n')
+        f'[space]\nx = {{ type = "float", low = -10.0, high = 10.0, default = {default} }}\n')
     args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
-    assert run_tune(*args, "--n-trials", "4", "--study", "one", cwd=workdir).returncode == 0
+    assert run_tune(*args, "--n-trials", str(first_trials), "--study", "one",
+                    cwd=workdir).returncode == 0
     two = run_tune(*args, "--n-trials", "2", "--study", "two", cwd=workdir)
     assert two.returncode == 0, two.stderr
+    trials = optuna.load_study(study_name="two",
+                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
+    return two, trials
+
+
+def test_a_new_study_says_where_its_warm_start_comes_from_after_its_own_default(workdir):
+    two, trials = _second_study(workdir, 0.0, 4)
     assert "warm start: from study one (the same trainer, data and parameters)" in two.stdout
     assert "runs as trial 1" in two.stdout
     assert "warm start: from study one" in (workdir / "tunepilot-runs" / "two.log").read_text()
-    trials = optuna.load_study(study_name="two",
-                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
     assert trials[0].params == {"x": 0.0}  # the space's default is trial 0, as docs/cli.md says
     assert trials[1].user_attrs.get("warm_start_from") == "one"
 
@@ -366,13 +378,6 @@ def test_small_things_a_new_user_tripped_on(workdir):
 
 
 def test_a_warm_start_that_is_the_default_runs_once(workdir):
-    (workdir / "toy.toml").write_text(
-        '[space]\nx = { type = "float", low = -10.0, high = 10.0, default = 2.0 }\n')
-    args = ("run", "--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
-    assert run_tune(*args, "--n-trials", "3", "--study", "one", cwd=workdir).returncode == 0
-    two = run_tune(*args, "--n-trials", "2", "--study", "two", cwd=workdir)
-    assert two.returncode == 0, two.stderr
+    two, trials = _second_study(workdir, 2.0, 3)
     assert "its best, trial 0 (0), is already this study's trial 0" in two.stdout
-    trials = optuna.load_study(study_name="two",
-                               storage="sqlite:///" + str(workdir / "tunepilot.db")).trials
     assert trials[0].params == {"x": 2.0} and trials[1].params != trials[0].params
