@@ -44,13 +44,24 @@ BUDGETS = (5, 10, 20, 30, 50)
 
 def _variants() -> None:
     """Start-ups of the default tried beside it (not the product's): `auto-s10`, ten Sobol
-    trials before the GP whatever the space."""
+    points before the GP whatever the space; `auto-sobol`, a scrambled Sobol sequence in place
+    of its Latin hypercube (the default on 2026-12-04 until the afternoon); `auto-rand`,
+    uniform random draws in its place."""
     from tunepilot.proposers import samplers
     from tunepilot.proposers.auto import Auto
 
-    samplers.register(samplers.SamplerKind(
-        "auto-s10", lambda seed, space, number: Auto(seed, space, number, first=10),
-        "10 Sobol points, then the default's GP", redraw="random"))
+    for name, help, make in (
+            ("auto-s10", "10 Sobol points, then the default's GP",
+             lambda seed, space, number: Auto(seed, space, number, first=10, start="qmc")),
+            ("auto-sobol", "the default with Sobol points in place of its Latin hypercube",
+             lambda seed, space, number: Auto(seed, space, number, start="qmc")),
+            ("auto-rand", "the default with random draws in place of its Latin hypercube",
+             lambda seed, space, number: Auto(seed, space, number, start="random")),
+            ("auto-local", "the default with half its start-up near a declared default",
+             lambda seed, space, number: Auto(seed, space, number, start="lhs-local"))):
+        samplers.register(samplers.SamplerKind(name, make, help, redraw="random"))
+
+
 PEER = "optuna-tpe"  # the paired differences are against Optuna as it comes
 TRIAL_S = 60.0  # what a look-up says it took (see `run_tunepilot`)
 

@@ -21,6 +21,8 @@ round's engine, and tunepilot's default, seed by seed, side by side in one run.
   the median of the earlier trials' quarter-data losses (after 5 trials).
 - `cmaes-tpe` (with `--variants`): `default` with the sampler of before 2026-12-04 (CMA-ES to
   trial 9, its choices by TPE, then TPE).
+- `tp:NAME` (with `--variants`): `default` with the sampler NAME, one of tunepilot's or of the
+  engine benchmark's start-up variants (`bench/engine.py`: `auto-sobol`, `auto-rand`).
 - `pm` (with `--variants`): `cmaes-tpe` with its choices left to chance for TPE's 10 random
   start-up draws under its CMA-ES, as before 2026-12-03 evening (the afternoon's default).
 
@@ -45,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import optuna
 
@@ -112,7 +115,14 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int,
                 "patience": {**before, "epoch_patience": 2},
                 "rung1": {}, "nopruner": {"pruner": "none"}, "rows": {},
                 "pm": {"sampler": "cmaes-tpe"},
-                "cmaes-tpe": {"sampler": "cmaes-tpe"}}[variant]
+                "cmaes-tpe": {"sampler": "cmaes-tpe"}}.get(variant)
+    if settings is None and variant.startswith("tp:"):  # `default` with another sampler
+        from engine import _variants
+
+        _variants()
+        settings = {"sampler": variant.removeprefix("tp:")}
+    if settings is None:
+        raise SystemExit(f"unknown variant {variant!r}")
     with tempfile.TemporaryDirectory() as tmp:
         cfg = TuneConfig(strategy="optuna", seed=seed, target=target, n_trials=n_trials,
                          storage=f"sqlite:///{tmp}/s.db", **settings)

@@ -124,8 +124,8 @@ NUMERIC = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=T
 
 def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
     assert auto.startup(NUMERIC) == 4  # one more than the parameters, 4 to 10
-    assert [auto.choose(History(), NUMERIC, n)[0] for n in range(5)] == ["qmc"] * 4 + ["gp"]
-    sobol = [("Sobol points", 0.01)] * 4
+    assert [auto.choose(History(), NUMERIC, n)[0] for n in range(5)] == ["lhs"] * 4 + ["gp"]
+    sobol = [("Latin hypercube", 0.01)] * 4
     # One-minute trials: every GP draw fits in the sampler's share, however it grows.
     assert auto.choose(_history(60.0, [*sobol, *[("GP", 2.0)] * 50]), NUMERIC, 54)[0] == "gp"
     # One-second trials: GP draws of half a second do not fit in a tenth of the time.
@@ -134,8 +134,8 @@ def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
     assert auto.share(1.0) == pytest.approx(0.1) and auto.share(100.0) == pytest.approx(0.3)
     picked = auto.Auto(0, NUMERIC, 2)
     study = optuna.create_study()
-    assert isinstance(picked._pick(study), optuna.samplers.QMCSampler)
-    assert samplers.label(picked) == "Sobol points"
+    assert isinstance(picked._pick(study), auto.Latin)
+    assert samplers.label(picked) == "Latin hypercube"
 
 
 def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
@@ -145,26 +145,65 @@ def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
     draws: list[tuple[str, float]] = []
     for n in range(200):
         kind, _ = auto.choose(_history(1.0, draws), NUMERIC, n)
-        cost = {"qmc": 0.001, "gp": 0.005 * n, "tpe": 0.02}[kind]
-        draws.append(({"qmc": "Sobol points", "gp": "GP", "tpe": "TPE"}[kind], cost))
+        cost = {"lhs": 0.001, "gp": 0.005 * n, "tpe": 0.02}[kind]
+        draws.append(({"lhs": "Latin hypercube", "gp": "GP", "tpe": "TPE"}[kind], cost))
     spent = sum(s for _, s in draws)
     assert spent / 200 <= 0.1 + 1e-9
     kinds = [k for k, _ in draws]
-    assert kinds[:4] == ["Sobol points"] * 4 and "GP" in kinds and "TPE" in kinds
+    assert kinds[:4] == ["Latin hypercube"] * 4 and "GP" in kinds and "TPE" in kinds
     assert "GP" in kinds[4:7]  # as soon as the share can pay for a first draw, then measured
 
 
-def test_sobol_draws_the_whole_space_while_other_workers_trials_are_half_drawn(caplog):
+def test_the_start_up_trials_cover_every_parameter_once_a_stratum():
+    """A Latin hypercube: with 4 start-up trials, each quarter of lr's (log) range holds one,
+    each choice two; trials asked together (several workers) take different points, and the
+    next 4 trials are a new hypercube, not the first again."""
+    n = auto.startup(NUMERIC)
+    study = optuna.create_study()
+    for number in range(2 * n):
+        study.sampler = auto.build("lhs", 100 + number, NUMERIC, number)
+        study.ask(NUMERIC.distributions())  # none told: all running at once
+    for block in (study.trials[:n], study.trials[n:]):
+        strata = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * n) for t in block)
+        assert strata == list(range(n))
+        assert sorted(t.params["act"] for t in block) == ["relu", "relu", "tanh", "tanh"]
+    assert study.trials[0].params != study.trials[n].params
+
+
+def test_start_up_trials_near_a_declared_default_stay_within_its_box():
+    """`lhs-local`: the default's trial 0, then half the start-up's other points within
+    LOCAL_WIDTH of each declared number's (log) range, with the declared choice; the rest and
+    every point of a space with no defaults cover the whole range."""
+    declared = SearchSpace.of(lr=Float(1e-5, 1.0, log=True, default=1e-3),
+                              width=Int(8, 1024, log=True, default=64),
+                              act=Categorical(["relu", "tanh"], default="tanh"))
+    for space, near in ((declared, 1), (NUMERIC, 0)):
+        study = optuna.create_study()
+        if space.defaults():
+            study.enqueue_trial(space.defaults())
+        for number in range(auto.startup(space)):
+            study.sampler = auto.build("lhs-local", 100 + number, space, number)
+            study.tell(study.ask(space.distributions()), 1.0)
+        box = [t for t in study.trials[1:] if t.params["act"] == "tanh" and abs(
+            math.log10(t.params["lr"]) + 3) <= 5 * auto.LOCAL_WIDTH + 1e-9 and abs(
+            math.log2(t.params["width"] / 64)) <= 7 * auto.LOCAL_WIDTH + 0.1]
+        assert len(box) >= near and len(study.trials) == auto.startup(space)
+        if not near:
+            lr = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * 4) for t in study.trials)
+            assert lr == [0, 1, 2, 3]
+
+
+def test_the_start_up_draws_the_whole_space_while_other_workers_trials_are_half_drawn(caplog):
     """Workers starting together: the only trials are running ones, one parameter drawn so far.
     Optuna's QMC sampler would read a conditional space off them and warn every worker."""
     study = optuna.create_study()
     running = study.ask()
     running.suggest_float("lr", 1e-5, 1.0, log=True)
     second = study.ask()
-    sobol = auto.Auto(0, NUMERIC, second.number)
+    start = auto.Auto(0, NUMERIC, second.number)
     with caplog.at_level("WARNING", logger="optuna"):
-        space = sobol.infer_relative_search_space(study, study.trials[second.number])
-        config = sobol.sample_relative(study, study.trials[second.number], space)
+        space = start.infer_relative_search_space(study, study.trials[second.number])
+        config = start.sample_relative(study, study.trials[second.number], space)
     assert set(space) == set(NUMERIC.params) and set(config) == set(NUMERIC.params)
     assert not [r for r in caplog.records if "conditions" in r.getMessage()]
 
@@ -230,8 +269,8 @@ def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "6",
                    "--sampler", "auto", cwd=work)
     assert out.returncode == 0, out.stderr
-    assert ("sampler: auto: 4 Sobol points, then Gaussian-process BO while its draws fit in a "
-            "share of the search's time") in out.stdout
+    assert ("sampler: auto: a Latin hypercube of 4 trials, then Gaussian-process BO while its "
+            "draws fit in a share of the search's time") in out.stdout
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
                    "--sampler", "tpe", "--study", "other", cwd=work)
     assert "sampler: tpe (--sampler tpe)" in out.stdout
@@ -360,7 +399,7 @@ def test_the_readmes_config_file_runs_its_defaults_then_its_start_config(tmp_pat
         "lr": 1e-3, "batch_size": 256, "dropout": 0.1, "weight_decay": 1e-5}
     assert queued[0].get("precision", "32-true") == "32-true"
     assert queued[1] == {"lr": 3e-3, "hidden": "400-400-400"}
-    assert any(n.startswith("sampler: auto: ") and "Sobol points" in n for n in notes)
+    assert any(n.startswith("sampler: auto: ") and "Latin hypercube" in n for n in notes)
 
 
 @pytest.mark.parametrize(("flag", "says"), [

@@ -202,7 +202,7 @@ def test_notebook_display_shows_progress_curve_and_proposers(storage, monkeypatc
         display=Capture(), llm="auto")
     tuner.run(n_trials=3)
     assert "strategy: optuna" in shown[-1] and "no OPENAI_API_KEY" in shown[-1]
-    assert "sampler: auto: " in shown[-1] and "Sobol points" in shown[-1]
+    assert "sampler: auto: " in shown[-1] and "Latin hypercube" in shown[-1]
     mid = [h for h in shown if "running trial 2" in h and "epoch 2" in h]
     assert mid and "<polyline" in mid[-1]  # the running trial's curve
     assert "3/3 trials finished" in shown[-1] and "stopped: budget of 3 trials used" in shown[-1]

@@ -89,6 +89,13 @@ def describe_qmc(sampler: Any, study: optuna.Study, space: SearchSpace,
             "model yet; this candidate is its next point"]
 
 
+def describe_lhs(sampler: Any, study: optuna.Study, space: SearchSpace,
+                 search_space: Mapping[str, BaseDistribution],
+                 candidate: Mapping[str, Any] | None = None) -> list[str]:
+    return ["the first trials are a Latin hypercube: each parameter's range cut into as many "
+            "strata as trials, one trial in each; no model yet; this candidate is its next point"]
+
+
 def describe_random(sampler: Any, study: optuna.Study, space: SearchSpace,
                     search_space: Mapping[str, BaseDistribution],
                     candidate: Mapping[str, Any] | None = None) -> list[str]:

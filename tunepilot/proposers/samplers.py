@@ -184,6 +184,18 @@ def _gp(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler
     return GP(seed=seed)
 
 
+def _lhs(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
+    from tunepilot.proposers.auto import build
+
+    return build("lhs", seed, space, number)
+
+
+def _is_latin(sampler: Any) -> bool:
+    from tunepilot.proposers.auto import Latin
+
+    return isinstance(sampler, Latin)
+
+
 def _qmc(seed: int | None, number: int) -> BaseSampler:
     from tunepilot.proposers.auto import build
 
@@ -229,7 +241,8 @@ def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampl
 def _auto_line(space: SearchSpace) -> str:
     from tunepilot.proposers.auto import startup
 
-    return (f"sampler: auto: {startup(space)} Sobol points, then Gaussian-process BO while its "
+    return (f"sampler: auto: a Latin hypercube of {startup(space)} trials, then Gaussian-process "
+            "BO while its "
             "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
             "longer ones), TPE's draws where they would not: ahead of Optuna's TPE and level "
             "with its GP sampler on four families of problems "
@@ -250,6 +263,9 @@ register(SamplerKind("cmaes", _cmaes, "Optuna's CMA-ES (choices drawn at random)
 register(SamplerKind("gp", _gp, "Optuna's Gaussian-process BO (GPSampler)", label="GP",
                      owns=_is("GPSampler"), redraw="random",
                      describe=sampler_state.describe_gp))
+register(SamplerKind("lhs", _lhs, "Latin hypercubes of one more point than the parameters, one "
+                     "after another (the default's start-up)", label="Latin hypercube",
+                     owns=_is_latin, describe=sampler_state.describe_lhs))
 register(SamplerKind("qmc", lambda seed, space, number: _qmc(seed, number),
                      "a scrambled Sobol sequence (Optuna's QMCSampler)", label="Sobol points",
                      owns=_is("QMCSampler"), describe=sampler_state.describe_qmc))
