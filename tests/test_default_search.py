@@ -170,29 +170,6 @@ def test_the_start_up_trials_cover_every_parameter_once_a_stratum():
     assert study.trials[0].params != study.trials[n].params
 
 
-def test_start_up_trials_near_a_declared_default_stay_within_its_box():
-    """`lhs-local`: the default's trial 0, then half the start-up's other points within
-    LOCAL_WIDTH of each declared number's (log) range, with the declared choice; the rest and
-    every point of a space with no defaults cover the whole range."""
-    declared = SearchSpace.of(lr=Float(1e-5, 1.0, log=True, default=1e-3),
-                              width=Int(8, 1024, log=True, default=64),
-                              act=Categorical(["relu", "tanh"], default="tanh"))
-    for space, near in ((declared, 1), (NUMERIC, 0)):
-        study = optuna.create_study()
-        if space.defaults():
-            study.enqueue_trial(space.defaults())
-        for number in range(auto.startup(space)):
-            study.sampler = auto.build("lhs-local", 100 + number, space, number)
-            study.tell(study.ask(space.distributions()), 1.0)
-        box = [t for t in study.trials[1:] if t.params["act"] == "tanh" and abs(
-            math.log10(t.params["lr"]) + 3) <= 5 * auto.LOCAL_WIDTH + 1e-9 and abs(
-            math.log2(t.params["width"] / 64)) <= 7 * auto.LOCAL_WIDTH + 0.1]
-        assert len(box) >= near and len(study.trials) == auto.startup(space)
-        if not near:
-            lr = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * 4) for t in study.trials)
-            assert lr == [0, 1, 2, 3]
-
-
 def test_the_start_up_draws_the_whole_space_while_other_workers_trials_are_half_drawn(caplog):
     """Workers starting together: the only trials are running ones, one parameter drawn so far.
     Optuna's QMC sampler would read a conditional space off them and warn every worker."""

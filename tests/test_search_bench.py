@@ -181,3 +181,38 @@ def test_the_knowledge_experts_answer_from_their_part_of_the_ranking():
         assert not ask(junk, review).lstrip().startswith("{")
     with pytest.raises(ValueError, match="unknown expert 'oracle'"):
         experts.Expert("oracle", ranked)
+
+
+def test_the_local_start_up_arm_stays_near_a_declared_default():
+    """bench/engine.py's `auto-local`: the default's trial 0, then about half the start-up's
+    other points within LOCAL_WIDTH of each declared number's (log) range, with the declared
+    choice; every point of a space with no defaults covers the whole range."""
+    import math
+
+    import optuna
+
+    from tunepilot import Categorical, Float, Int, SearchSpace
+    from tunepilot.proposers.auto import startup
+
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
+    engine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine)
+    numeric = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
+                             act=Categorical(["relu", "tanh"]))
+    declared = SearchSpace.of(lr=Float(1e-5, 1.0, log=True, default=1e-3),
+                              width=Int(8, 1024, log=True, default=64),
+                              act=Categorical(["relu", "tanh"], default="tanh"))
+    for space, near in ((declared, 1), (numeric, 0)):
+        study = optuna.create_study()
+        if space.defaults():
+            study.enqueue_trial(space.defaults())
+        for number in range(startup(space)):
+            study.sampler = engine._near_default(100 + number, space, number, None)
+            study.tell(study.ask(space.distributions()), 1.0)
+        box = [t for t in study.trials[1:] if t.params["act"] == "tanh" and abs(
+            math.log10(t.params["lr"]) + 3) <= 5 * engine.LOCAL_WIDTH + 1e-9 and abs(
+            math.log2(t.params["width"] / 64)) <= 7 * engine.LOCAL_WIDTH + 0.1]
+        assert len(box) >= near and len(study.trials) == startup(space)
+        if not near:
+            lr = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * 4) for t in study.trials)
+            assert lr == [0, 1, 2, 3]

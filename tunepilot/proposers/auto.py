@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import statistics
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
     import optuna
     from optuna.distributions import BaseDistribution
     from optuna.trial import FrozenTrial, TrialState
-
-# Start-up trials near a declared default: this share of each number's (log) range either side.
-LOCAL_WIDTH = 0.15
 
 # What a first GP draw is expected to cost before one is measured
 # (bench/README.md#the-samplers-own-time).
@@ -94,7 +92,8 @@ class Auto(BaseSampler):
     sampler the rule names (`choose`), and is that sampler from then on."""
 
     def __init__(self, seed: int | None, space: SearchSpace | None, number: int,
-                 first: int | None = None, start: str = "lhs"):
+                 first: int | None = None,
+                 start: str | Callable[..., BaseSampler] = "lhs"):
         self.seed, self.space, self.number, self.start = seed, space, number, start
         self.first = startup(space) if first is None else first
         self.inner: BaseSampler | None = None
@@ -104,8 +103,11 @@ class Auto(BaseSampler):
         if self.inner is None:
             kind, self.why = choose(History.from_study(study), self.space, self.number,
                                     self.first)
-            kind = self.start if kind == "lhs" else kind  # a benchmark's other start-up
-            self.inner = build(kind, self.seed, self.space, self.number, self.first)
+            if kind == "lhs" and callable(self.start):  # a benchmark's other start-up
+                self.inner = self.start(self.seed, self.space, self.number, self.first)
+            else:
+                kind = self.start if kind == "lhs" and isinstance(self.start, str) else kind
+                self.inner = build(kind, self.seed, self.space, self.number, self.first)
         return self.inner
 
     def infer_relative_search_space(self, study: optuna.Study,
@@ -181,46 +183,22 @@ class Latin(_Told):
     parameters. Which point a trial gets is the study's count of them (Optuna's QMC counter),
     so workers and a resume take the next point, not one already drawn."""
 
-    def __init__(self, space: SearchSpace | None, n: int, local: int = 0, **kw: Any):
+    def __init__(self, space: SearchSpace | None, n: int, **kw: Any):
         super().__init__(space, **kw)
-        self._n, self._local = n, local
-        self._defaults = space.defaults() if space is not None else {}
+        self._n = n
 
     def _sample_qmc(self, study: optuna.Study,
                     search_space: dict[str, BaseDistribution]) -> Any:
+        block, row = divmod(self._find_sample_id(study, search_space), self._n)
+        return self.design(block, len(search_space))[row][None, :]
+
+    def design(self, block: int, d: int) -> Any:
+        """The study's `block`-th hypercube: `n` points in [0, 1)^d."""
         from scipy.stats import qmc
 
-        block, row = divmod(self._find_sample_id(study, search_space), self._n)
         seed = (self._seed if block == 0 or self._seed is None
                 else np.random.default_rng([self._seed, block]))
-        design = qmc.LatinHypercube(len(search_space), seed=seed).random(self._n)
-        point = design[row]
-        if block == 0 and 1 <= row <= self._local and self._defaults:
-            point = self._near_default(point, search_space)
-        return point[None, :]
-
-    def _near_default(self, u: Any, search_space: dict[str, BaseDistribution]) -> Any:
-        """`u` moved into a box around the declared defaults: numbers within `LOCAL_WIDTH` of
-        their range (log range) either side, each choice the declared one."""
-        from optuna._transform import _SearchSpaceTransform
-        from optuna.distributions import CategoricalDistribution, FloatDistribution
-
-        names = list(search_space)
-        pseudo = {n: FloatDistribution(0, len(d.choices)) for n, d in search_space.items()
-                  if isinstance(d, CategoricalDistribution)}
-        declared = {n: v for n, v in self._defaults.items() if n in search_space}
-        at = {n: (search_space[n].choices.index(v) + 0.5 if n in pseudo else v)  # type: ignore[attr-defined]
-              for n, v in declared.items()}
-        rest = {n: d for n, d in (search_space | pseudo).items() if n in at}
-        x0 = dict(zip(rest, _SearchSpaceTransform(rest, transform_0_1=True).transform(at),
-                      strict=True))
-        out = u.copy()
-        for i, n in enumerate(names):
-            if n not in x0:
-                continue
-            out[i] = x0[n] if n in pseudo else np.clip(x0[n] + (u[i] - 0.5) * 2 * LOCAL_WIDTH,
-                                                       0.0, 1.0 - 1e-9)
-        return out
+        return qmc.LatinHypercube(d, seed=seed).random(self._n)
 
 
 def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
@@ -234,12 +212,11 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return _Told(space, seed=base, scramble=True, warn_independent_sampling=False,
                           warn_asynchronous_seeding=False)
-    if kind in ("lhs", "lhs-local"):
+    if kind == "lhs":
         base = None if seed is None else (seed - number) % 2**32
-        n = startup(space) if first is None else first
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return Latin(space, n, local=(n - 1) // 2 if kind == "lhs-local" else 0, seed=base,
+            return Latin(space, startup(space) if first is None else first, seed=base,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
