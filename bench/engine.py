@@ -82,7 +82,7 @@ def _near_default(seed: int | None, space: Any, number: int, first: int | None) 
     defaults, local = space.defaults(), (latin._n - 1) // 2
 
     def sample(study: Any, search_space: dict[str, Any]) -> Any:
-        block, row = divmod(latin._find_sample_id(study, search_space), latin._n)
+        block, row = divmod(latin._number, latin._n)
         u = latin.design(block, len(search_space))[row]
         if block or not 1 <= row <= local or not defaults:
             return u[None, :]

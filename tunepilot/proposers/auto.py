@@ -180,16 +180,16 @@ class _Told(QMCSampler):
 class Latin(_Told):
     """Latin hypercubes of `n` points, one after another, for the study (its seed): each
     parameter's range cut into `n` strata, one point in each, with no lattice shared between
-    parameters. Which point a trial gets is the study's count of them (Optuna's QMC counter),
-    so workers and a resume take the next point, not one already drawn."""
+    parameters. Which point a trial gets is its number's (unique in the study; Optuna's QMC
+    counter is not atomic, and two MySQL workers read one count and drew one config)."""
 
-    def __init__(self, space: SearchSpace | None, n: int, **kw: Any):
+    def __init__(self, space: SearchSpace | None, n: int, number: int = 0, **kw: Any):
         super().__init__(space, **kw)
-        self._n = n
+        self._n, self._number = n, number
 
     def _sample_qmc(self, study: optuna.Study,
                     search_space: dict[str, BaseDistribution]) -> Any:
-        block, row = divmod(self._find_sample_id(study, search_space), self._n)
+        block, row = divmod(self._number, self._n)
         return self.design(block, len(search_space))[row][None, :]
 
     def design(self, block: int, d: int) -> Any:
@@ -216,7 +216,7 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
         base = None if seed is None else (seed - number) % 2**32
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return Latin(space, startup(space) if first is None else first, seed=base,
+            return Latin(space, startup(space) if first is None else first, number, seed=base,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
