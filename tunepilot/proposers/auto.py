@@ -6,9 +6,8 @@ bench/README.md#the-default-sampler):
 1. The first trials (one more than the parameters, 4 to 10; the space's declared default among
    them) are a Latin hypercube: each parameter's range cut into as many strata as trials, one
    trial in each, so they cover every parameter evenly where random draws clump. (A scrambled
-   Sobol sequence covered as evenly, but its first handful of points in many dimensions share
-   a lattice between parameters that misled the GP fitted on them: on a 20-parameter problem
-   7 of 8 runs ended behind Optuna's GP after random draws.)
+   Sobol sequence's first handful of points in many dimensions share a lattice between
+   parameters that misled the GP fitted on them: bench/README.md#the-default-sampler.)
 2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far, those still
    running on other workers included, for as long as its own time fits the time share below.
 3. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
