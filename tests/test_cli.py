@@ -328,11 +328,14 @@ def _second_study(workdir: Path, default: float, first_trials: int) -> tuple[Any
 
 
 def test_a_new_study_says_where_its_warm_start_comes_from_after_its_own_default(workdir):
-    two, trials = _second_study(workdir, 0.0, 4)
+    # The default is the range's worst point (x = -10, loss 144), so study one's best is one
+    # of its searched trials whatever the sampler draws, and study two queues it after its
+    # own default.
+    two, trials = _second_study(workdir, -10.0, 4)
     assert "warm start: from study one (the same trainer, data and parameters)" in two.stdout
     assert "runs as trial 1" in two.stdout
     assert "warm start: from study one" in (workdir / "tunepilot-runs" / "two.log").read_text()
-    assert trials[0].params == {"x": 0.0}  # the space's default is trial 0, as docs/cli.md says
+    assert trials[0].params == {"x": -10.0}  # the space's default is trial 0, as docs/cli.md says
     assert trials[1].user_attrs.get("warm_start_from") == "one"
 
 
