@@ -213,6 +213,96 @@ def test_a_gp_built_for_each_trial_fits_its_kernel_from_the_last_trials(monkeypa
     assert study.trials[7].params != study.trials[6].params
 
 
+def _edge_study() -> optuna.Study:
+    """Four finished trials whose loss falls toward x = 1, and two pruned at the edge: the
+    README demo's shape (lr = 0.1, the range's edge, pruned at epoch 2)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    study = optuna.create_study()
+    for x, loss in [(0.05, 1.0), (0.3, 0.8), (0.55, 0.6), (0.8, 0.4)]:
+        study.add_trial(create_trial(params={"x": x}, distributions=dist, value=loss))
+    for x in (0.97, 1.0):
+        study.add_trial(create_trial(params={"x": x}, distributions=dist,
+                                     state=TrialState.PRUNED,
+                                     intermediate_values={1: 3.0, 2: 2.0}))
+    return study
+
+
+@pytest.mark.parametrize("kind", ["optuna", "auto"])
+def test_the_gp_does_not_go_back_to_where_trials_were_pruned(kind: str):
+    """Past x = 0.9 every trial is pruned (loss 2.0 at epoch 1). Optuna's GPSampler models
+    finished trials only and proposes the pruned edge again and again; tunepilot's GP models
+    the pruned trials at their last loss and stays inside."""
+    from optuna.trial import TrialState
+
+    study, drawn = _edge_study(), []
+    for i in range(6):
+        study.sampler = (optuna.samplers.GPSampler(seed=i, n_startup_trials=4)
+                         if kind == "optuna" else auto.build("gp", i, None, i, first=4))
+        trial = study.ask()
+        x = trial.suggest_float("x", 0.0, 1.0)
+        drawn.append(x)
+        if x > 0.9:
+            trial.report(2.0, 1)
+            study.tell(trial, state=TrialState.PRUNED)
+        else:
+            study.tell(trial, 1.0 - x)
+    if kind == "optuna":  # the failure this GP exists for; if Optuna fixes it, drop ours
+        assert sum(x > 0.9 for x in drawn) >= 3, drawn
+    else:
+        assert all(x <= 0.9 for x in drawn), drawn
+        assert max(drawn) > 0.6, drawn  # and it still goes where the finished trials point
+
+
+def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
+    from optuna.distributions import FloatDistribution
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState, create_trial
+
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+
+    def made(number: int, state: TrialState, **kw: Any) -> Any:
+        trial = create_trial(params={"x": number / 10}, distributions=dist, state=state, **kw)
+        trial.number = number
+        return trial
+
+    done = [made(0, TrialState.COMPLETE, value=0.5), made(1, TrialState.COMPLETE, value=0.7)]
+    stopped = [
+        made(2, TrialState.PRUNED, intermediate_values={1: 0.9, 2: 0.8}),  # its last: 0.8
+        made(3, TrialState.PRUNED, intermediate_values={1: float("nan")}),  # the worst
+        made(4, TrialState.PRUNED),  # pruned before any report: the worst
+        made(5, TrialState.FAIL, user_attrs={"error": {"kind": "diverged"}}),
+        made(6, TrialState.FAIL, user_attrs={"error": {"kind": "oom"}}),
+        made(7, TrialState.FAIL, user_attrs={"error": {"kind": "exception"}}),  # a bug: left out
+        made(8, TrialState.FAIL, user_attrs={"error": {"kind": "interrupted"}}),  # Ctrl-C: out
+        made(9, TrialState.FAIL),
+    ]
+    got = auto.stopped_losses(done, stopped, StudyDirection.MINIMIZE)
+    assert got == {2: 0.8, 3: 0.8, 4: 0.8, 5: 0.8, 6: 0.8}
+    assert auto.stopped_losses(done, stopped, StudyDirection.MAXIMIZE)[5] == 0.5
+
+
+def test_a_gp_after_a_start_up_that_was_all_pruned_still_models_it():
+    """Every start-up trial pruned: Optuna's GPSampler, counting finished trials only, had too
+    few and drew at random; tunepilot's draws from a model of the pruned trials."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    study = optuna.create_study()
+    for x in (0.1, 0.4, 0.6, 0.9):
+        study.add_trial(create_trial(params={"x": x}, distributions=dist,
+                                     state=TrialState.PRUNED,
+                                     intermediate_values={1: 1.0 + abs(x - 0.4)}))
+    gp = auto.build("gp", 4, None, 4, first=4)
+    trial = study.ask()
+    assert gp.sample_relative(study, study._storage.get_trial(trial._trial_id), dist)
+    plain = optuna.samplers.GPSampler(seed=4, n_startup_trials=4)
+    assert plain.sample_relative(study, study._storage.get_trial(trial._trial_id), dist) == {}
+
+
 def test_cmaes_tpe_picks_by_the_space_and_the_trial():
     numeric = NUMERIC
     choices = SearchSpace.of(a=Categorical([1, 2]), b=Categorical(["x", "y"]),

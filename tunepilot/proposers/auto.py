@@ -8,8 +8,9 @@ bench/README.md#the-default-sampler):
    trial in each, so they cover every parameter evenly where random draws clump. (A scrambled
    Sobol sequence's first handful of points in many dimensions share a lattice between
    parameters that misled the GP fitted on them: bench/README.md#the-default-sampler.)
-2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far, those still
-   running on other workers included, for as long as its own time fits the time share below.
+2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far (pruned ones
+   at their last loss, ones the config broke at the study's worst, those still running on
+   other workers as Optuna does), for as long as its own time fits the time share below.
 3. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
    10% beside 1-second trials and more beside long ones (`share`). A draw whose expected cost
    would take the sampler past that share is TPE's instead (milliseconds), so short trials get
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from optuna.samplers import BaseSampler, GPSampler, QMCSampler
 
-from tunepilot.memory import History
+from tunepilot.errors import CONFIG_DEPENDENT
+from tunepilot.memory import History, attrs
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -140,23 +142,96 @@ _KERNELS: dict[tuple[int, int], Any] = {}
 
 
 class GP(GPSampler):
-    """Optuna's GPSampler, built anew for each trial (seeded by it), that starts fitting its
-    kernel where the study's last GP draw in this process left it, as one GPSampler kept for a
-    whole study does (Optuna keeps the fitted kernel in the sampler to start the next fit from
-    it; a sampler built per trial fitted from scratch every time)."""
+    """Optuna's GPSampler with two changes:
+
+    - It models the trials that were stopped as well as those that finished. Optuna's fits
+      COMPLETE trials only, so a pruned trial taught it nothing and it went back to the region
+      just pruned (the README's demo: lr = 0.1, the range's edge, proposed on 4 trials, each
+      pruned at epoch 2); with every start-up trial pruned it had no model at all and drew at
+      random. Here a pruned trial counts at its last reported loss (an early epoch's: no
+      better than it would have ended), and a trial the config broke (diverged, out of memory,
+      timed out, crashed: `errors.CONFIG_DEPENDENT`) at the worst loss of the study.
+    - Built anew for each trial (seeded by it), it starts fitting its kernel where the study's
+      last GP draw in this process left it, as one GPSampler kept for a whole study does
+      (Optuna keeps the fitted kernel in the sampler to start the next fit from it)."""
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        view = _with_stopped(study)
         if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
-            return super().sample_relative(study, trial, search_space)
+            return super().sample_relative(view, trial, search_space)
         key = (id(study._storage), study._study_id)
         if self._gprs_cache_list is None:
             self._gprs_cache_list = _KERNELS.get(key)
         try:
-            return super().sample_relative(study, trial, search_space)
+            return super().sample_relative(view, trial, search_space)
         finally:
             if self._gprs_cache_list is not None:
                 _KERNELS[key] = self._gprs_cache_list
+
+
+def _with_stopped(study: optuna.Study) -> optuna.Study:
+    """The study as GPSampler reads it: where it asks for COMPLETE trials it also gets the
+    pruned ones and those the config broke, each as COMPLETE at the loss `stopped_losses`
+    gives it. A shallow copy; the study itself and its storage are untouched."""
+    import copy
+
+    from optuna.trial import TrialState
+
+    view = copy.copy(study)
+
+    def get_trials(deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> Any:
+        trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        if states is None or TrialState.COMPLETE not in states:
+            return trials
+        stopped = study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL),
+                                    use_cache=use_cache)
+        if not stopped:
+            return trials
+        done = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,),
+                                 use_cache=use_cache)
+        losses = stopped_losses(done, stopped, study.direction)
+        extra = []
+        for t in stopped:
+            if t.number not in losses:
+                continue
+            as_done = copy.copy(t)
+            as_done.state, as_done.value = TrialState.COMPLETE, losses[t.number]
+            extra.append(as_done)
+        return sorted(list(trials) + extra, key=lambda t: t.number)
+
+    view._get_trials = get_trials  # type: ignore[method-assign]
+    return view
+
+
+def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
+                   direction: Any) -> dict[int, float]:
+    """{trial number: the value it is modelled at} for trials that did not finish: a pruned
+    trial at its last reported value; a trial the config broke (`errors.CONFIG_DEPENDENT`), or
+    a pruned one whose last value is not finite, at the worst finite value of the study.
+    Trials failed by something else (a bug in the trainer, an interrupt) are left out."""
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    def last(t: FrozenTrial) -> float | None:
+        if t.state != TrialState.PRUNED or not t.intermediate_values:
+            return None
+        value = t.intermediate_values[max(t.intermediate_values)]
+        return value if math.isfinite(value) else None
+
+    finite = [float(t.value) for t in done if t.value is not None and math.isfinite(t.value)]
+    finite += [v for v in map(last, stopped) if v is not None]
+    worst = (max if direction == StudyDirection.MINIMIZE else min)(finite) if finite else None
+    out: dict[int, float] = {}
+    for t in stopped:
+        broke = (t.state == TrialState.FAIL and
+                 (t.user_attrs.get(attrs.ERROR) or {}).get("kind") in CONFIG_DEPENDENT)
+        if t.state == TrialState.PRUNED or broke:
+            value = last(t)
+            value = worst if value is None else value
+            if value is not None:
+                out[t.number] = value
+    return out
 
 
 class _Told(QMCSampler):
