@@ -154,20 +154,27 @@ def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
     assert "GP" in kinds[4:7]  # as soon as the share can pay for a first draw, then measured
 
 
-def test_the_start_up_trials_cover_every_parameter_once_a_stratum():
+@pytest.mark.parametrize("seed", [100, None])
+def test_the_start_up_trials_cover_every_parameter_once_a_stratum(seed: int | None):
     """A Latin hypercube: with 4 start-up trials, each quarter of lr's (log) range holds one,
     each choice two; trials asked together (several workers) take different points, and the
-    next 4 trials are a new hypercube, not the first again."""
+    next 4 trials are a new hypercube, not the first again. Unseeded (`Tuner(seed=None)`), the
+    study draws one design seed and keeps it, so its start-up is one hypercube all the same."""
     n = auto.startup(NUMERIC)
     study = optuna.create_study()
     for number in range(2 * n):
-        study.sampler = auto.build("lhs", 100 + number, NUMERIC, number)
+        study.sampler = auto.build("lhs", None if seed is None else seed + number, NUMERIC,
+                                   number)
         study.ask(NUMERIC.distributions())  # none told: all running at once
     for block in (study.trials[:n], study.trials[n:]):
         strata = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * n) for t in block)
         assert strata == list(range(n))
         assert sorted(t.params["act"] for t in block) == ["relu", "relu", "tanh", "tanh"]
     assert study.trials[0].params != study.trials[n].params
+    if seed is None:
+        again = optuna.create_study()  # another unseeded study: another design
+        again.sampler = auto.build("lhs", None, NUMERIC, 0)
+        assert again.ask(NUMERIC.distributions()).params != study.trials[0].params
 
 
 def test_the_start_up_draws_the_whole_space_while_other_workers_trials_are_half_drawn(caplog):

@@ -52,4 +52,6 @@ OPENING = "tunepilot:opening"
 # What `tune calibrate` measured of the study's model when the study first ran with it
 # (`memory.calibrations.Calibration`): the model's record starts from it.
 CALIBRATION = "tunepilot:calibration"
+# The seed of an unseeded study's start-up design (one Latin hypercube for the whole study).
+DESIGN_SEED = "tunepilot:design_seed"
 WARM_START = "tunepilot:warm_start"  # {"study", "configs": [...], "notes"} from a finished study

@@ -8,6 +8,7 @@ isolated or interrupted trial has no live `optuna.Trial`).
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,15 @@ def hint(study: optuna.Study, text: str) -> None:
 def calibration(study: optuna.Study, record: Mapping[str, Any]) -> None:
     """The calibration the study's model starts from (`memory.calibrations`)."""
     study.set_user_attr(attrs.CALIBRATION, dict(record))
+
+
+def design_seed(study: optuna.Study) -> int:
+    """The seed of an unseeded study's start-up design (`attrs.DESIGN_SEED`): drawn by the first
+    trial that asks, then read by every later trial, a resume and every worker. Two workers
+    that ask in the same instant may each draw; both read back the one stored last."""
+    if study.user_attrs.get(attrs.DESIGN_SEED) is None:
+        study.set_user_attr(attrs.DESIGN_SEED, secrets.randbelow(2**32))
+    return int(study.user_attrs[attrs.DESIGN_SEED])
 
 
 def warm_start(study: optuna.Study, found: Mapping[str, Any]) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 from optuna.samplers import BaseSampler, GPSampler, QMCSampler
 
 from tunepilot.errors import CONFIG_DEPENDENT
-from tunepilot.memory import History, attrs
+from tunepilot.memory import History, attrs, records
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -260,18 +260,20 @@ class Latin(_Told):
     def __init__(self, space: SearchSpace | None, n: int, number: int = 0, **kw: Any):
         super().__init__(space, **kw)
         self._n, self._number = n, number
+        self._unseeded = kw.get("seed") is None  # Optuna drew one for this sampler alone
 
     def _sample_qmc(self, study: optuna.Study,
                     search_space: dict[str, BaseDistribution]) -> Any:
         block, row = divmod(self._number, self._n)
+        if self._unseeded:  # one design for the study all the same
+            self._seed = records.design_seed(study)
         return self.design(block, len(search_space))[row][None, :]
 
     def design(self, block: int, d: int) -> Any:
         """The study's `block`-th hypercube: `n` points in [0, 1)^d."""
         from scipy.stats import qmc
 
-        seed = (self._seed if block == 0 or self._seed is None
-                else np.random.default_rng([self._seed, block]))
+        seed = self._seed if block == 0 else np.random.default_rng([self._seed, block])
         return qmc.LatinHypercube(d, seed=seed).random(self._n)
 
 
