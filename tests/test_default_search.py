@@ -494,7 +494,7 @@ def test_tune_version_prints_the_version(tmp_path: Path):
     assert out.returncode == 0 and out.stdout.strip() == f"tunepilot {version('tunepilot')}"
 
 
-def test_a_sampler_registered_in_one_place_is_taken_everywhere(monkeypatch):
+def test_a_sampler_registered_in_one_place_is_taken_everywhere(monkeypatch, tmp_path):
     """docs/development.md, "Adding a sampler": one registry entry, and the config, `tune
     init`'s file, the tuner and a reviewing model's label all know it."""
     from tunepilot.config import load_config, starter
@@ -515,5 +515,7 @@ def test_a_sampler_registered_in_one_place_is_taken_everywhere(monkeypatch):
     drawn = tuner.study.sampler.fallback
     assert isinstance(drawn, optuna.samplers.QMCSampler) and samplers.label(drawn) == "QMC"
     monkeypatch.delitem(samplers.REGISTRY, "qmc")
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match="Unknown sampler 'qmc'"):
         Tuner(trainers.callable(quadratic), SPACE, sampler="qmc")
+    assert list(tmp_path.iterdir()) == []  # refused before the default storage is opened

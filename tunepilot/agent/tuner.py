@@ -124,7 +124,6 @@ class Tuner(AskTell):
                               "own), not both.")
         self.trainer = trainer
         self.space = space
-        self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.study_name = study
         self.llm_agent: Any = None  # the LLM suggester, told each run's budget and target
         self.strategy_note = ""  # what was chosen and why, in a line
@@ -170,6 +169,9 @@ class Tuner(AskTell):
         self._study: optuna.Study | None = None
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
         self._asking = False
+        # Opened once every argument is checked: a mistyped sampler or start config leaves no
+        # empty tunepilot.db behind.
+        self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.lock = StudyLock(self.storage, study)
         self._gate = Gate(self.lock)  # held from the run's "yes" until Optuna numbers the trial
         self._early_beat = EarlyHeartbeat(self.storage)
