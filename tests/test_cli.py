@@ -348,6 +348,16 @@ def test_a_clean_run_leaves_only_its_database_and_its_runs_folder(workdir):
         "tunepilot.db", "tunepilot-runs"}
 
 
+def test_a_typo_in_the_space_is_refused_naming_the_file_and_leaves_nothing_behind(workdir):
+    (workdir / "typo.toml").write_text(
+        '[space]\nlr = { type = "flaot", low = 1e-4, high = 1e-1 }\n')
+    before = {p.name for p in workdir.iterdir()}
+    refused = run_tune("run", "--config", "typo.toml", "--n-trials", "2", cwd=workdir)
+    assert_refused(refused, "Invalid configuration in typo.toml", "has type 'flaot'",
+                   "Did you mean 'float'?")
+    assert {p.name for p in workdir.iterdir()} - before - {"__pycache__"} == set()
+
+
 def test_damaged_storage_is_named_with_advice_that_fits_it(workdir):
     args = ("--config", "toy.toml", "--trainer", "toy:quadratic", "--llm", "none")
     assert run_tune("run", *args, "--n-trials", "3", "--storage", "journal:j.log",

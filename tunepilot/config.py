@@ -35,6 +35,7 @@ from tunepilot.errors import ConfigError, did_you_mean, one_of
 from tunepilot.memory.store import DEFAULT_STORAGE
 from tunepilot.proposers import pruners, samplers
 from tunepilot.proposers.strategies import STRATEGIES
+from tunepilot.space import SearchSpace
 
 _UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
@@ -266,6 +267,10 @@ def read_config(path: str | Path | None = None, *, environ: Mapping[str, str] | 
         cfg = TuneConfig.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_explain(e, where)) from None
+    try:  # the space is read here too, so a typo in it stops a run before its log is opened
+        SearchSpace.of(cfg.space)
+    except ConfigError as e:
+        raise ConfigError(f"Invalid configuration in {where}: {e}") from None
     # A value given at its default is not news; a value that beat another is.
     defaults = TuneConfig.model_validate({})
     origin = {k: v for k, v in origin.items()
