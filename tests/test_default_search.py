@@ -268,6 +268,8 @@ def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
     from optuna.study import StudyDirection
     from optuna.trial import TrialState, create_trial
 
+    from tunepilot.memory import attrs
+
     dist = {"x": FloatDistribution(0.0, 1.0)}
 
     def made(number: int, state: TrialState, **kw: Any) -> Any:
@@ -280,10 +282,10 @@ def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
         made(2, TrialState.PRUNED, intermediate_values={1: 0.9, 2: 0.8}),  # its last: 0.8
         made(3, TrialState.PRUNED, intermediate_values={1: float("nan")}),  # the worst
         made(4, TrialState.PRUNED),  # pruned before any report: the worst
-        made(5, TrialState.FAIL, user_attrs={"error": {"kind": "diverged"}}),
-        made(6, TrialState.FAIL, user_attrs={"error": {"kind": "oom"}}),
-        made(7, TrialState.FAIL, user_attrs={"error": {"kind": "exception"}}),  # a bug: left out
-        made(8, TrialState.FAIL, user_attrs={"error": {"kind": "interrupted"}}),  # Ctrl-C: out
+        made(5, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "diverged"}}),
+        made(6, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "oom"}}),
+        made(7, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "exception"}}),  # a bug: left out
+        made(8, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "interrupted"}}),  # Ctrl-C: out
         made(9, TrialState.FAIL),
     ]
     got = auto.stopped_losses(done, stopped, StudyDirection.MINIMIZE)

@@ -33,7 +33,7 @@ import numpy as np
 from optuna.samplers import BaseSampler, GPSampler, QMCSampler
 
 from tunepilot.errors import CONFIG_DEPENDENT
-from tunepilot.memory import History, attrs, records
+from tunepilot.memory import History, records
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -225,7 +225,7 @@ def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
     out: dict[int, float] = {}
     for t in stopped:
         broke = (t.state == TrialState.FAIL and
-                 (t.user_attrs.get(attrs.ERROR) or {}).get("kind") in CONFIG_DEPENDENT)
+                 (History.error_of(t) or {}).get("kind") in CONFIG_DEPENDENT)
         if t.state == TrialState.PRUNED or broke:
             value = last(t)
             value = worst if value is None else value
