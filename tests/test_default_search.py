@@ -284,8 +284,8 @@ def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
         made(4, TrialState.PRUNED),  # pruned before any report: the worst
         made(5, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "diverged"}}),
         made(6, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "oom"}}),
-        made(7, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "exception"}}),  # a bug: left out
-        made(8, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "interrupted"}}),  # Ctrl-C: out
+        made(7, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "exception"}}),  # a bug: out
+        made(8, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "interrupted"}}),  # Ctrl-C
         made(9, TrialState.FAIL),
     ]
     got = auto.stopped_losses(done, stopped, StudyDirection.MINIMIZE)
