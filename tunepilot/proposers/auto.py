@@ -23,6 +23,7 @@ every worker apply the rule from the same figures.
 
 from __future__ import annotations
 
+import copy
 import math
 import statistics
 import warnings
@@ -174,8 +175,6 @@ def _with_stopped(study: optuna.Study) -> optuna.Study:
     """The study as GPSampler reads it: where it asks for COMPLETE trials it also gets the
     pruned ones and those the config broke, each as COMPLETE at the loss `stopped_losses`
     gives it. A shallow copy; the study itself and its storage are untouched."""
-    import copy
-
     from optuna.trial import TrialState
 
     view = copy.copy(study)
