@@ -147,11 +147,11 @@ class GP(GPSampler):
 
     - It models the trials that were stopped as well as those that finished. Optuna's fits
       COMPLETE trials only, so a pruned trial taught it nothing and it went back to the region
-      just pruned (the README's demo: lr = 0.1, the range's edge, proposed on 4 trials, each
-      pruned at epoch 2); with every start-up trial pruned it had no model at all and drew at
-      random. Here a pruned trial counts at its last reported loss (an early epoch's: no
-      better than it would have ended), and a trial the config broke (diverged, out of memory,
-      timed out, crashed: `errors.CONFIG_DEPENDENT`) at the worst loss of the study.
+      just pruned (bench/README.md#time-to-a-target); with every start-up trial pruned it had
+      no model at all and drew at random. Here a pruned trial counts at its last reported loss
+      (an early epoch's: no better than it would have ended), and a trial the config broke
+      (diverged, out of memory, timed out, crashed: `errors.CONFIG_DEPENDENT`) at the worst
+      loss of the study.
     - Built anew for each trial (seeded by it), it starts fitting its kernel where the study's
       last GP draw in this process left it, as one GPSampler kept for a whole study does
       (Optuna keeps the fitted kernel in the sampler to start the next fit from it)."""

@@ -242,10 +242,9 @@ def _auto_line(space: SearchSpace) -> str:
     from tunepilot.proposers.auto import startup
 
     return (f"sampler: auto: a Latin hypercube of {startup(space)} trials, then Gaussian-process "
-            "BO while its "
-            "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
-            "longer ones), TPE's draws where they would not: ahead of Optuna's TPE and level "
-            "with its GP sampler on four families of problems "
+            "BO while its draws fit in a share of the search's time (10% beside 1-second "
+            "trials, more beside longer ones), TPE's draws where they would not: ahead of "
+            "Optuna's TPE and level with its GP sampler on four families of problems "
             "(bench/README.md#the-default-sampler)")
 
 
