@@ -216,3 +216,65 @@ def test_the_local_start_up_arm_stays_near_a_declared_default():
         if not near:
             lr = sorted(int((math.log10(t.params["lr"]) + 5) / 5 * 4) for t in study.trials)
             assert lr == [0, 1, 2, 3]
+
+
+def _engine():
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
+    engine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engine)
+    return engine
+
+
+def _cliff(x: float) -> float:
+    """A shallow bowl (best at x = 0.2) beside a cliff: past 0.5 the model learns nothing and
+    its loss is chance level, as for a quarter of the configs of HPOBench's tables."""
+    return 0.9 if x > 0.5 else 0.10 + 0.05 * (x - 0.2) ** 2
+
+
+@pytest.mark.parametrize("warp", [None, "rank", "cap", "log"])
+def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone(warp):
+    """bench/engine.py's `auto-rank`, `auto-cap` and `auto-log`: on raw losses the GP spends its
+    scale on the cliff and its next draw lands far from the bowl's bottom (the default, `None`);
+    each warp spreads the good end and the draw goes near the bottom. The study keeps the
+    losses it was told."""
+    from datetime import timedelta
+
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from tunepilot.proposers.auto import Auto
+
+    engine = _engine()
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+    study = optuna.create_study()
+    for x in (0.05, 0.35, 0.45, 0.6, 0.7, 0.8, 0.9, 0.95):  # 5 of 8 on the cliff
+        trial = create_trial(params={"x": x}, distributions=dist, value=_cliff(x))
+        trial.datetime_start = trial.datetime_complete - timedelta(minutes=1)  # GP's time, then
+        study.add_trial(trial)
+    study.sampler = (Auto(8, None, 8, first=4) if warp is None
+                     else engine._warped(8, None, 8, warp=warp, first=4))
+    x = study.ask().suggest_float("x", 0.0, 1.0)
+    assert study.sampler.inner.__class__.__name__ == ("GP" if warp is None else "WarpedGP")
+    if warp in (None, "cap"):  # the median is on the cliff: the cap leaves the losses alone
+        assert abs(x - 0.2) > 0.1, x
+    else:
+        assert abs(x - 0.2) < 0.1, x
+    assert [t.value for t in study.trials[:8]] == [_cliff(t.params["x"]) for t in study.trials[:8]]
+
+
+def test_a_warp_keeps_the_order_of_the_losses_and_their_ties():
+    import numpy as np
+
+    engine = _engine()
+    losses = np.array([0.06, 0.07, 0.5, 0.065, 0.5, float("inf")])
+    for how in ("rank", "cap", "log"):
+        for minimize in (True, False):
+            values = losses if minimize else -losses
+            got = engine.warp(values, how, minimize)
+            order = np.argsort(values, kind="stable")  # a better loss stays better
+            assert np.all(np.diff(got[order]) >= 0), (how, minimize, got)
+            assert got[2] == got[4]
+    assert np.isfinite(engine.warp(losses, "rank")).all()
+    with pytest.raises(ValueError, match="expected 'rank', 'cap' or 'log'"):
+        engine.warp(losses, "box-cox")
