@@ -194,9 +194,7 @@ def test_the_local_start_up_arm_stays_near_a_declared_default():
     from tunepilot import Categorical, Float, Int, SearchSpace
     from tunepilot.proposers.auto import startup
 
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
-    engine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engine)
+    engine = _engine()
     numeric = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
                              act=Categorical(["relu", "tanh"]))
     declared = SearchSpace.of(lr=Float(1e-5, 1.0, log=True, default=1e-3),
@@ -227,7 +225,7 @@ def _engine():
 
 def _cliff(x: float) -> float:
     """A shallow bowl (best at x = 0.2) beside a cliff: past 0.5 the model learns nothing and
-    its loss is chance level, as for a quarter of the configs of HPOBench's tables."""
+    its loss is chance level, as for a tenth to a quarter of each HPOBench table's configs."""
     return 0.9 if x > 0.5 else 0.10 + 0.05 * (x - 0.2) ** 2
 
 
@@ -235,8 +233,9 @@ def _cliff(x: float) -> float:
 def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone(warp):
     """bench/engine.py's `auto-rank`, `auto-cap` and `auto-log`: on raw losses the GP spends its
     scale on the cliff and its next draw lands far from the bowl's bottom (the default, `None`);
-    each warp spreads the good end and the draw goes near the bottom. The study keeps the
-    losses it was told."""
+    the rank and log warps spread the good end and the draw goes near the bottom; the cap
+    changes nothing while half the trials or more are on the cliff. The study keeps the losses
+    it was told."""
     from datetime import timedelta
 
     import optuna
@@ -250,7 +249,7 @@ def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone
     study = optuna.create_study()
     for x in (0.05, 0.35, 0.45, 0.6, 0.7, 0.8, 0.9, 0.95):  # 5 of 8 on the cliff
         trial = create_trial(params={"x": x}, distributions=dist, value=_cliff(x))
-        trial.datetime_start = trial.datetime_complete - timedelta(minutes=1)  # GP's time, then
+        trial.datetime_start = trial.datetime_complete - timedelta(minutes=1)  # a minute: GP draws
         study.add_trial(trial)
     study.sampler = (Auto(8, None, 8, first=4) if warp is None
                      else engine._warped(8, None, 8, warp=warp, first=4))
