@@ -30,6 +30,7 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ def warp(values: Any, how: str, minimize: bool = True) -> Any:
     raise ValueError(f"Unknown warp {how!r}: expected 'rank', 'cap' or 'log'")
 
 
+@cache  # the classes once per process, not once per trial
 def _warped_auto() -> type:
     import copy
 
