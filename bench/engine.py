@@ -44,31 +44,37 @@ BUDGETS = (5, 10, 20, 30, 50)
 
 
 def _variants() -> None:
-    """Start-ups of the default tried beside it (not the product's): `auto-s10`, ten Sobol
-    points before the GP whatever the space; `auto-sobol`, a scrambled Sobol sequence in place
-    of its Latin hypercube (the default on 2026-12-04 until the afternoon); `auto-rand`,
-    uniform random draws in its place; `auto-rank`, `auto-cap`, `auto-log`, the default with
-    its GP fitted on warped losses (`warp`), and `auto-none`, the default run beside them."""
+    """Variants of the default (not the product's), each with its help line: `auto-gp` is the
+    default before its local draws (to 2026-12-04 evening), and the arms measured against it
+    are built on it (`every=0`); `auto-local3` is today's default by another name."""
     from tunepilot.proposers import samplers
     from tunepilot.proposers.auto import Auto
 
     for name, help, make in (
+            ("auto-gp", "the default before its local draws: Latin hypercube, then GP",
+             lambda seed, space, number: Auto(seed, space, number, every=0)),
             ("auto-s10", "10 Sobol points, then the default's GP",
-             lambda seed, space, number: Auto(seed, space, number, first=10, start="qmc")),
+             lambda seed, space, number: Auto(seed, space, number, first=10, start="qmc",
+                                              every=0)),
             ("auto-sobol", "the default with Sobol points in place of its Latin hypercube",
-             lambda seed, space, number: Auto(seed, space, number, start="qmc")),
+             lambda seed, space, number: Auto(seed, space, number, start="qmc", every=0)),
             ("auto-rand", "the default with random draws in place of its Latin hypercube",
-             lambda seed, space, number: Auto(seed, space, number, start="random")),
+             lambda seed, space, number: Auto(seed, space, number, start="random", every=0)),
             ("auto-local", "the default with half its start-up near a declared default",
-             lambda seed, space, number: Auto(seed, space, number, start=_near_default)),
-            ("auto-none", "the default itself, run beside its warped arms",
-             lambda seed, space, number: Auto(seed, space, number)),
+             lambda seed, space, number: Auto(seed, space, number, start=_near_default,
+                                              every=0)),
+            ("auto-none", "the default before its local draws, run beside its warped arms",
+             lambda seed, space, number: Auto(seed, space, number, every=0)),
             ("auto-rank", "the default's GP fitted on the normal scores of the losses' ranks",
              lambda seed, space, number: _warped(seed, space, number, warp="rank")),
             ("auto-cap", "the default's GP fitted on the losses with the worse half at the median",
              lambda seed, space, number: _warped(seed, space, number, warp="cap")),
             ("auto-log", "the default's GP fitted on the log of each loss's distance from the "
-             "best", lambda seed, space, number: _warped(seed, space, number, warp="log"))):
+             "best", lambda seed, space, number: _warped(seed, space, number, warp="log")),
+            ("auto-local3", "the default: one trial in 3 drawn near the best from twice the "
+             "start-up on", lambda seed, space, number: Auto(seed, space, number, every=3)),
+            ("auto-local2", "the default with one trial in 2 drawn near the best",
+             lambda seed, space, number: Auto(seed, space, number, every=2))):
         samplers.register(samplers.SamplerKind(name, make, help, redraw="random"))
 
 
@@ -142,7 +148,7 @@ def _warped_auto() -> type:
 
 
 def _warped(seed: int | None, space: Any, number: int, warp: str, **kw: Any) -> Any:
-    return _warped_auto()(seed, space, number, warp=warp, **kw)
+    return _warped_auto()(seed, space, number, warp=warp, **{"every": 0, **kw})
 
 
 # `auto-local`: start-up points near a declared default, this share of each number's (log)

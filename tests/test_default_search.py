@@ -4,6 +4,7 @@ and named with its reason."""
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +128,21 @@ def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
     assert [auto.choose(History(), NUMERIC, n)[0] for n in range(5)] == ["lhs"] * 4 + ["gp"]
     sobol = [("Latin hypercube", 0.01)] * 4
     # One-minute trials: every GP draw fits in the sampler's share, however it grows.
-    assert auto.choose(_history(60.0, [*sobol, *[("GP", 2.0)] * 50]), NUMERIC, 54)[0] == "gp"
+    assert auto.choose(_history(60.0, [*sobol, *[("GP", 2.0)] * 50]), NUMERIC, 55)[0] == "gp"
     # One-second trials: GP draws of half a second do not fit in a tenth of the time.
     kind, why = auto.choose(_history(1.0, [*sobol, *[("GP", 0.5)] * 3]), NUMERIC, 7)
     assert kind == "tpe" and "past 10% of the search's time beside trials of 1 s" in why
     assert auto.share(1.0) == pytest.approx(0.1) and auto.share(100.0) == pytest.approx(0.3)
+    # From twice the start-up on, one trial in 3 the GP would draw is drawn near the best.
+    slow = _history(60.0, [*sobol, *[("GP", 2.0)] * 20])
+    assert [auto.choose(slow, NUMERIC, n)[0] for n in range(4, 16)] == [
+        "local" if n >= 8 and n % 3 == 0 else "gp" for n in range(4, 16)]
+    kind, why = auto.choose(slow, NUMERIC, 9 * 3)
+    assert kind == "local" and "from trial 8 on, one trial in 3 is drawn near the best" in why
+    assert auto.choose(slow, NUMERIC, 27, every=0)[0] == "gp"  # the rule before 2026-12-04 pm
+    assert auto.choose(slow, None, 27, first=4)[0] == "gp"  # no space: no local draws
+    # Where the GP's draws do not fit, TPE's: a local draw does not stand in for them.
+    assert auto.choose(_history(1.0, [*sobol, *[("GP", 0.5)] * 3]), NUMERIC, 9)[0] == "tpe"
     picked = auto.Auto(0, NUMERIC, 2)
     study = optuna.create_study()
     assert isinstance(picked._pick(study), auto.Latin)
@@ -145,13 +156,66 @@ def test_the_sampler_keeps_its_share_of_a_night_of_one_second_trials():
     draws: list[tuple[str, float]] = []
     for n in range(200):
         kind, _ = auto.choose(_history(1.0, draws), NUMERIC, n)
-        cost = {"lhs": 0.001, "gp": 0.005 * n, "tpe": 0.02}[kind]
-        draws.append(({"lhs": "Latin hypercube", "gp": "GP", "tpe": "TPE"}[kind], cost))
+        cost = {"lhs": 0.001, "gp": 0.005 * n, "local": 0.001, "tpe": 0.02}[kind]
+        draws.append(({"lhs": "Latin hypercube", "gp": "GP", "local": "local search",
+                       "tpe": "TPE"}[kind], cost))
     spent = sum(s for _, s in draws)
     assert spent / 200 <= 0.1 + 1e-9
     kinds = [k for k, _ in draws]
     assert kinds[:4] == ["Latin hypercube"] * 4 and "GP" in kinds and "TPE" in kinds
     assert "GP" in kinds[4:7]  # as soon as the share can pay for a first draw, then measured
+
+
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_a_local_draw_lands_near_the_best_trial_and_keeps_most_choices(direction: str):
+    """`auto`'s local draws (`NearBest`): around the best finished trial (the worse ones, a
+    pruned trial with a better last value and a failed one are not it), each number within a
+    few tenths of its (log) range, ints whole, inside the range; the choice kept about 4 times
+    in 5. Before any trial has finished: uniform random draws over the whole space."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    sign = 1.0 if direction == "minimize" else -1.0
+    dists = {"lr": FloatDistribution(1e-5, 1.0, log=True), "width": IntDistribution(8, 1024,
+                                                                                    log=True),
+             "act": CategoricalDistribution(["relu", "tanh", "gelu"])}
+    best = {"lr": 1e-3, "width": 64, "act": "tanh"}
+    study = optuna.create_study(direction=direction)
+    empty = auto.NearBest(0, NUMERIC_3)
+    study.sampler = empty
+    first = study.ask(dists)  # nothing finished: random, over the whole space
+    assert set(first.params) == set(dists)
+    study.tell(first, state=TrialState.FAIL)
+    assert "no finished trial to draw near" in samplers.describe(empty, study, NUMERIC_3, dists)[0]
+    for params, value, state in ((best, 0.1, TrialState.COMPLETE),
+                                 ({"lr": 0.3, "width": 900, "act": "relu"}, 0.5,
+                                  TrialState.COMPLETE),
+                                 ({"lr": 1e-5, "width": 8, "act": "gelu"}, None,
+                                  TrialState.PRUNED)):
+        trial = create_trial(params=params, distributions=dists, state=state,
+                             value=None if value is None else sign * value,
+                             intermediate_values={1: sign * 0.01} if value is None else None)
+        study.add_trial(trial)
+    shown = samplers.describe(empty, study, NUMERIC_3, dists)  # what a reviewing model reads
+    assert "the best trial so far (#1, " in shown[0] and "lr=0.001 width=64 act=tanh" in shown[0]
+    kept, lrs, widths = 0, [], []
+    for n in range(200):
+        study.sampler = auto.NearBest(n, NUMERIC_3)
+        trial = study.ask(dists)
+        lrs.append(math.log10(trial.params["lr"]))
+        widths.append(trial.params["width"])
+        kept += trial.params["act"] == "tanh"
+        study.tell(trial, state=TrialState.FAIL)  # not a best: every draw is near `best`
+    # A tenth of lr's 5 decades is half a decade; of width's 7 doublings, 0.7 of one.
+    assert all(abs(x + 3) <= 4 * 0.5 for x in lrs) and 0.3 < statistics.pstdev(lrs) < 0.7
+    assert all(isinstance(w, int) and 8 <= w <= 1024 for w in widths)
+    assert all(abs(math.log2(w / 64)) <= 4 * 0.7 + 0.1 for w in widths)
+    assert 0.75 * 200 < kept < 0.95 * 200  # kept 4 in 5, plus a redraw's 1 in 3 of 1 in 5
+    assert samplers.label(auto.NearBest(0, NUMERIC_3)) == "local search"
+
+
+NUMERIC_3 = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log=True),
+                           act=Categorical(["relu", "tanh", "gelu"]))
 
 
 @pytest.mark.parametrize("seed", [100, None])
@@ -347,6 +411,7 @@ def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
     assert out.returncode == 0, out.stderr
     assert ("sampler: auto: a Latin hypercube of 4 trials, then Gaussian-process BO while its "
             "draws fit in a share of the search's time") in out.stdout
+    assert "and from trial 8 on one trial in 3 drawn near the best so far" in out.stdout
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
                    "--sampler", "tpe", "--study", "other", cwd=work)
     assert "sampler: tpe (--sampler tpe)" in out.stdout

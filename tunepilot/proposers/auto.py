@@ -11,7 +11,11 @@ bench/README.md#the-default-sampler):
 2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far (pruned ones
    at their last loss, ones the config broke at the study's worst, those still running on
    other workers as Optuna does), for as long as its own time fits the time share below.
-3. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
+3. From twice the start-up on, every third trial the GP would draw is a draw near the best
+   trial so far instead (`NearBest`: each number moved by a normal step of a tenth of its (log)
+   range, each choice kept 4 times in 5): a local search beside the GP's model, which on its
+   own spends late trials on the space's edges.
+4. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
    10% beside 1-second trials and more beside long ones (`share`). A draw whose expected cost
    would take the sampler past that share is TPE's instead (milliseconds), so short trials get
    GP draws now and then and long ones every time. The cost of a GP draw is the last one's,
@@ -45,6 +49,10 @@ if TYPE_CHECKING:
 # What a first GP draw is expected to cost before one is measured
 # (bench/README.md#the-samplers-own-time).
 FIRST_GP_DRAW_S = 0.5
+# From trial 2 x the start-up on, every LOCAL_EVERY-th trial the GP would draw is drawn near the
+# best trial (`NearBest`): each number moved by a normal step of LOCAL_SD of its (log) range,
+# each choice redrawn with probability LOCAL_FLIP (bench/README.md#the-default-sampler).
+LOCAL_EVERY, LOCAL_SD, LOCAL_FLIP = 3, 0.1, 0.2
 
 
 def share(trial_s: float) -> float:
@@ -59,9 +67,10 @@ def startup(space: SearchSpace | None) -> int:
 
 
 def choose(history: History, space: SearchSpace | None, number: int,
-           first: int | None = None) -> tuple[str, str]:
-    """("lhs" | "gp" | "tpe", why) for trial `number` of a study with `history`; `first`: the
-    start-up trials (default: `startup`)."""
+           first: int | None = None, every: int = LOCAL_EVERY) -> tuple[str, str]:
+    """("lhs" | "gp" | "local" | "tpe", why) for trial `number` of a study with `history`;
+    `first`: the start-up trials (default: `startup`); `every`: from trial 2 x `first` on,
+    every `every`-th trial the GP would draw is drawn near the best trial ("local"; 0: never)."""
     first = startup(space) if first is None else first
     if number < first:
         return "lhs", f"the first {first} trials are a Latin hypercube, an even cover"
@@ -75,6 +84,9 @@ def choose(history: History, space: SearchSpace | None, number: int,
     expected = (gp[-1][1] * max(1.0, number / max(gp[-1][0], 1)) if gp else FIRST_GP_DRAW_S)
     allowed = share(trial_s)
     if not done or spent + expected <= allowed * (work + trial_s):
+        if every and space is not None and number >= 2 * first and number % every == 0:
+            return "local", (f"from trial {2 * first} on, one trial in {every} is drawn near "
+                             "the best so far (a local search beside the GP's model)")
         return "gp", (f"its draws fit in {allowed:.0%} of the search's time beside trials of "
                       f"{trial_s:.2g} s")
     return "tpe", (f"a GP draw (~{expected:.2g} s) would take the sampler past {allowed:.0%} of "
@@ -95,16 +107,17 @@ class Auto(BaseSampler):
 
     def __init__(self, seed: int | None, space: SearchSpace | None, number: int,
                  first: int | None = None,
-                 start: str | Callable[..., BaseSampler] = "lhs"):
+                 start: str | Callable[..., BaseSampler] = "lhs", every: int = LOCAL_EVERY):
         self.seed, self.space, self.number, self.start = seed, space, number, start
         self.first = startup(space) if first is None else first
+        self.every = every
         self.inner: BaseSampler | None = None
         self.why = ""
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
             kind, self.why = choose(History.from_study(study), self.space, self.number,
-                                    self.first)
+                                    self.first, self.every)
             if kind == "lhs" and callable(self.start):  # a benchmark's other start-up
                 self.inner = self.start(self.seed, self.space, self.number, self.first)
             else:
@@ -233,6 +246,53 @@ def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
     return out
 
 
+class NearBest(BaseSampler):
+    """A draw near the study's best finished trial: each number moved by a normal step of
+    `LOCAL_SD` of its (log) range (kept inside it), each choice redrawn with probability
+    `LOCAL_FLIP`. Before any trial has finished, or without a space, uniform random draws."""
+
+    def __init__(self, seed: int | None, space: SearchSpace | None):
+        from optuna.samplers import RandomSampler
+
+        self._rng = np.random.default_rng(seed)
+        self._space = space.distributions() if space is not None else None
+        self._random = RandomSampler(seed=seed)
+
+    def infer_relative_search_space(self, study: optuna.Study,
+                                    trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self._space or {})
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        from optuna._transform import _SearchSpaceTransform
+        from optuna.distributions import CategoricalDistribution
+        from optuna.study import StudyDirection
+        from optuna.trial import TrialState
+
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.value is not None and math.isfinite(t.value)
+                and all(n in t.params for n in search_space)]
+        if not done or not search_space:
+            return {}
+        best = (min if study.direction == StudyDirection.MINIMIZE else max)(
+            done, key=lambda t: float(t.value or 0.0))
+        unit = _SearchSpaceTransform(search_space, transform_0_1=True)
+        x = unit.transform({n: best.params[n] for n in search_space})
+        for dist, cols in zip(search_space.values(), unit.column_to_encoded_columns,
+                              strict=True):
+            if isinstance(dist, CategoricalDistribution):  # one column a choice
+                if self._rng.random() < LOCAL_FLIP:
+                    x[cols] = 0.0
+                    x[cols[self._rng.integers(len(cols))]] = 1.0
+            else:
+                x[cols] = np.clip(x[cols] + self._rng.normal(0.0, LOCAL_SD, len(cols)), 0.0, 1.0)
+        return unit.untransform(x)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+
 class _Told(QMCSampler):
     """Optuna's QMC sampler told the space. Alone, it reads the space off the study's first
     trial, and before one has finished off the trials running; with several workers starting
@@ -295,6 +355,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "local":
+        return NearBest(seed, space)
     if kind == "gp":
         return GP(seed=seed, n_startup_trials=startup(space) if first is None else first,
                   warn_independent_sampling=False)
