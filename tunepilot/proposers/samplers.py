@@ -257,8 +257,9 @@ def _auto_line(space: SearchSpace) -> str:
     return (f"sampler: auto: a Latin hypercube of {n} trials, then Gaussian-process BO while its "
             "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
             f"longer ones), TPE's draws where they would not, and from trial {2 * n} on one "
-            "trial in 3 drawn near the best so far: ahead of Optuna's TPE and GP samplers on "
-            "four families of problems (bench/README.md#the-default-sampler)")
+            "trial in 3 drawn near the best so far: ahead of Optuna's TPE and level with or ahead "
+            "of its GP sampler on four families of problems "
+            "(bench/README.md#the-default-sampler)")
 
 
 register(SamplerKind("auto", _auto, "by the space and the trials' length, named with its "
