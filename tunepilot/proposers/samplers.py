@@ -251,14 +251,14 @@ def _auto(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampl
 
 
 def _auto_line(space: SearchSpace) -> str:
-    from tunepilot.proposers.auto import startup
+    from tunepilot.proposers.auto import LOCAL_EVERY, startup
 
     n = startup(space)
     return (f"sampler: auto: a Latin hypercube of {n} trials, then Gaussian-process BO while its "
             "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
             f"longer ones), TPE's draws where they would not, and from trial {2 * n} on one "
-            "trial in 3 drawn near the best so far: ahead of Optuna's TPE and level with or ahead "
-            "of its GP sampler on four families of problems "
+            f"trial in {LOCAL_EVERY} drawn near the best so far: ahead of Optuna's TPE and level "
+            "with or ahead of its GP sampler on four families of problems "
             "(bench/README.md#the-default-sampler)")
 
 
