@@ -31,7 +31,7 @@ import copy
 import math
 import statistics
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -262,20 +262,30 @@ class NearBest(BaseSampler):
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return dict(self._space or {})
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        from optuna._transform import _SearchSpaceTransform
-        from optuna.distributions import CategoricalDistribution
+    @staticmethod
+    def best(study: optuna.Study,
+             search_space: Mapping[str, BaseDistribution]) -> FrozenTrial | None:
+        """The trial a draw goes near: the best finished one with a finite loss and every
+        parameter of `search_space` (None before there is one)."""
         from optuna.study import StudyDirection
         from optuna.trial import TrialState
 
         done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if t.value is not None and math.isfinite(t.value)
                 and all(n in t.params for n in search_space)]
-        if not done or not search_space:
-            return {}
-        best = (min if study.direction == StudyDirection.MINIMIZE else max)(
+        if not done:
+            return None
+        return (min if study.direction == StudyDirection.MINIMIZE else max)(
             done, key=lambda t: float(t.value or 0.0))
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        from optuna._transform import _SearchSpaceTransform
+        from optuna.distributions import CategoricalDistribution
+
+        best = self.best(study, search_space)
+        if best is None or not search_space:
+            return {}
         unit = _SearchSpaceTransform(search_space, transform_0_1=True)
         x = unit.transform({n: best.params[n] for n in search_space})
         for dist, cols in zip(search_space.values(), unit.column_to_encoded_columns,

@@ -99,12 +99,10 @@ def describe_lhs(sampler: Any, study: optuna.Study, space: SearchSpace,
 def describe_local(sampler: Any, study: optuna.Study, space: SearchSpace,
                    search_space: Mapping[str, BaseDistribution],
                    candidate: Mapping[str, Any] | None = None) -> list[str]:
-    complete, _ = _finished(study)
-    if not complete:
+    best = sampler.best(study, search_space)  # `auto.NearBest`'s: the trial it drew near
+    if best is None:
         return ["a local draw with no finished trial to draw near: this candidate is a random "
                 "draw"]
-    best = (min if study.direction.name == "MINIMIZE" else max)(
-        complete, key=lambda t: float(t.value or 0.0))
     return [f"a local draw: the best trial so far (#{best.number}, {fmt(best.value, 4)}: "
             f"{format_params(best.params, digits=3)}) with each number moved by about a tenth "
             "of its (log) range and each choice kept 4 times in 5; the default draws one trial "

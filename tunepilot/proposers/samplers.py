@@ -191,9 +191,9 @@ def _lhs(seed: int | None, space: SearchSpace | None, number: int) -> BaseSample
 
 
 def _local(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
-    from tunepilot.proposers.auto import NearBest
+    from tunepilot.proposers.auto import build
 
-    return NearBest(seed, space)
+    return build("local", seed, space, number)
 
 
 def _is_near_best(sampler: Any) -> bool:
