@@ -74,7 +74,10 @@ def _variants() -> None:
             ("auto-local3", "the default: one trial in 3 drawn near the best from twice the "
              "start-up on", lambda seed, space, number: Auto(seed, space, number, every=3)),
             ("auto-local2", "the default with one trial in 2 drawn near the best",
-             lambda seed, space, number: Auto(seed, space, number, every=2))):
+             lambda seed, space, number: Auto(seed, space, number, every=2)),
+            ("auto-mean", "the default with its local draws near the trial the GP's posterior "
+             "mean rates best, not the best seen",
+             lambda seed, space, number: Auto(seed, space, number, local="local-model"))):
         samplers.register(samplers.SamplerKind(name, make, help, redraw="random"))
 
 

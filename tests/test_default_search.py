@@ -218,6 +218,31 @@ NUMERIC_3 = SearchSpace.of(lr=Float(1e-5, 1.0, log=True), width=Int(8, 1024, log
                            act=Categorical(["relu", "tanh", "gelu"]))
 
 
+def test_a_local_draw_on_noisy_losses_goes_near_the_trial_the_model_rates_best():
+    """With `anchor="model"` the draw goes near the trial a GP fitted to the losses rates best,
+    not the luckiest one: here a config run twice read 0.15 and 0.95 (seed noise), while three
+    neighbouring configs agree near 0.2."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    dists = {"x": FloatDistribution(0.0, 1.0), "y": FloatDistribution(0.0, 1.0)}
+    space = SearchSpace.of(x=Float(0.0, 1.0), y=Float(0.0, 1.0))
+    study = optuna.create_study()
+    for x, y, loss in ((0.1, 0.5, 0.15), (0.1, 0.5, 0.95), (0.12, 0.48, 0.9),
+                       (0.65, 0.5, 0.21), (0.7, 0.5, 0.2), (0.75, 0.52, 0.22),
+                       (0.3, 0.9, 0.8), (0.9, 0.1, 0.7), (0.4, 0.2, 0.75)):
+        study.add_trial(create_trial(params={"x": x, "y": y}, distributions=dists, value=loss))
+    seen, model = auto.NearBest(0, space), auto.NearBest(0, space, anchor="model")
+    assert seen.best(study, dists).params["x"] == 0.1  # type: ignore[union-attr]
+    chosen = model.best(study, dists)
+    assert chosen is not None and 0.65 <= chosen.params["x"] <= 0.75
+    study.sampler = model
+    trial = study.ask(dists)
+    assert abs(trial.params["x"] - chosen.params["x"]) < 0.45
+    line = samplers.describe(model, study, space, dists)[0]
+    assert f"the trial a GP fitted to the losses so far rates best (#{chosen.number}, " in line
+
+
 @pytest.mark.parametrize("seed", [100, None])
 def test_the_start_up_trials_cover_every_parameter_once_a_stratum(seed: int | None):
     """A Latin hypercube: with 4 start-up trials, each quarter of lr's (log) range holds one,

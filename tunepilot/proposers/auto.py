@@ -107,8 +107,10 @@ class Auto(BaseSampler):
 
     def __init__(self, seed: int | None, space: SearchSpace | None, number: int,
                  first: int | None = None,
-                 start: str | Callable[..., BaseSampler] = "lhs", every: int = LOCAL_EVERY):
+                 start: str | Callable[..., BaseSampler] = "lhs", every: int = LOCAL_EVERY,
+                 local: str = "local"):
         self.seed, self.space, self.number, self.start = seed, space, number, start
+        self.local = local  # the kind a local draw is built as (`build`)
         self.first = startup(space) if first is None else first
         self.every = every
         self.inner: BaseSampler | None = None
@@ -122,6 +124,7 @@ class Auto(BaseSampler):
                 self.inner = self.start(self.seed, self.space, self.number, self.first)
             else:
                 kind = self.start if kind == "lhs" and isinstance(self.start, str) else kind
+                kind = self.local if kind == "local" else kind
                 self.inner = build(kind, self.seed, self.space, self.number, self.first)
         return self.inner
 
@@ -251,9 +254,10 @@ class NearBest(BaseSampler):
     `LOCAL_SD` of its (log) range (kept inside it), each choice redrawn with probability
     `LOCAL_FLIP`. Before any trial has finished, or without a space, uniform random draws."""
 
-    def __init__(self, seed: int | None, space: SearchSpace | None):
+    def __init__(self, seed: int | None, space: SearchSpace | None, anchor: str = "seen"):
         from optuna.samplers import RandomSampler
 
+        self.anchor = anchor  # "seen": the best loss seen; "model": the GP's posterior mean's
         self._rng = np.random.default_rng(seed)
         self._space = space.distributions() if space is not None else None
         self._random = RandomSampler(seed=seed)
@@ -262,11 +266,11 @@ class NearBest(BaseSampler):
                                     trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return dict(self._space or {})
 
-    @staticmethod
-    def best(study: optuna.Study,
+    def best(self, study: optuna.Study,
              search_space: Mapping[str, BaseDistribution]) -> FrozenTrial | None:
-        """The trial a draw goes near: the best finished one with a finite loss and every
-        parameter of `search_space` (None before there is one)."""
+        """The trial a draw goes near: of the finished ones with a finite loss and every
+        parameter of `search_space`, the best seen, or with `anchor="model"` the one a GP
+        fitted to them rates best (None before there is one)."""
         from optuna.study import StudyDirection
         from optuna.trial import TrialState
 
@@ -275,6 +279,8 @@ class NearBest(BaseSampler):
                 and all(n in t.params for n in search_space)]
         if not done:
             return None
+        if self.anchor == "model" and len(done) >= 3:
+            return done[_model_best(study, done, search_space)]
         return (min if study.direction == StudyDirection.MINIMIZE else max)(
             done, key=lambda t: float(t.value or 0.0))
 
@@ -301,6 +307,38 @@ class NearBest(BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+
+def _model_best(study: optuna.Study, done: list[FrozenTrial],
+                search_space: Mapping[str, BaseDistribution]) -> int:
+    """The index in `done` of the trial whose loss a GP fitted to `done` predicts best: on a
+    noisy objective, not the luckiest trial but the one whose neighbours agree. The kernel is
+    the study's last GP draw's in this process where there is one, else fitted here."""
+    import torch
+    from optuna._gp import gp, prior
+    from optuna._gp import search_space as gp_space
+    from optuna.study import StudyDirection
+
+    internal = gp_space.SearchSpace(dict(search_space))
+    x = internal.get_normalized_params(done)
+    y = np.array([float(t.value or 0.0) for t in done])
+    if study.direction == StudyDirection.MINIMIZE:
+        y = -y
+    y = (y - y.mean()) / max(float(y.std()), 1e-12)
+    cats = internal.is_categorical
+    cached = _KERNELS.get((id(study._storage), study._study_id))
+    with torch.device("cpu"):
+        if cached and len(cached[0].inverse_squared_lengthscales) == internal.dim:
+            gpr = gp.GPRegressor(torch.from_numpy(cats), torch.from_numpy(x), torch.from_numpy(y),
+                                 cached[0].inverse_squared_lengthscales, cached[0].kernel_scale,
+                                 cached[0].noise_var)
+            gpr._cache_matrix()
+        else:
+            gpr = gp.fit_kernel_params(x, y, cats, prior.default_log_prior,
+                                       prior.DEFAULT_MINIMUM_NOISE_VAR, False)
+        with torch.no_grad():
+            mean, _ = gpr.posterior(torch.from_numpy(x))
+    return int(torch.argmax(mean))
 
 
 class _Told(QMCSampler):
@@ -365,8 +403,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if kind == "local":
-        return NearBest(seed, space)
+    if kind in ("local", "local-model"):
+        return NearBest(seed, space, anchor="model" if kind == "local-model" else "seen")
     if kind == "gp":
         return GP(seed=seed, n_startup_trials=startup(space) if first is None else first,
                   warn_independent_sampling=False)

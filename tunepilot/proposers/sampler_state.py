@@ -103,7 +103,9 @@ def describe_local(sampler: Any, study: optuna.Study, space: SearchSpace,
     if best is None:
         return ["a local draw with no finished trial to draw near: this candidate is a random "
                 "draw"]
-    return [f"a local draw: the best trial so far (#{best.number}, {fmt(best.value, 4)}: "
+    which = ("the trial a GP fitted to the losses so far rates best"
+             if getattr(sampler, "anchor", "seen") == "model" else "the best trial so far")
+    return [f"a local draw: {which} (#{best.number}, {fmt(best.value, 4)}: "
             f"{format_params(best.params, digits=3)}) with each number moved by about a tenth "
             "of its (log) range and each choice kept 4 times in 5; the default draws one trial "
             "in 3 this way, beside the GP's"]
