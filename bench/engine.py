@@ -30,7 +30,6 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from families import FAMILIES, PROBLEMS, Problem, problem
 from peers import PEERS, Trial
+from warps import warped
 
 BUDGETS = (5, 10, 20, 30, 50)
 
@@ -46,7 +46,9 @@ BUDGETS = (5, 10, 20, 30, 50)
 def _variants() -> None:
     """Variants of the default (not the product's), each with its help line: `auto-gp` is the
     default before its local draws (to 2026-12-04 evening), and the arms measured against it
-    are built on it (`every=0`); `auto-local3` is today's default by another name."""
+    are built on it (`every=0`); `auto-seen` is the default before its local draws went near
+    the trial the GP rates best (to 2026-12-05), and `auto-local3`, `auto-local2` are built on
+    it."""
     from tunepilot.proposers import samplers
     from tunepilot.proposers.auto import Auto
 
@@ -66,92 +68,21 @@ def _variants() -> None:
             ("auto-none", "the default before its local draws, run beside its warped arms",
              lambda seed, space, number: Auto(seed, space, number, every=0)),
             ("auto-rank", "the default's GP fitted on the normal scores of the losses' ranks",
-             lambda seed, space, number: _warped(seed, space, number, warp="rank")),
+             lambda seed, space, number: warped(seed, space, number, warp="rank")),
             ("auto-cap", "the default's GP fitted on the losses with the worse half at the median",
-             lambda seed, space, number: _warped(seed, space, number, warp="cap")),
+             lambda seed, space, number: warped(seed, space, number, warp="cap")),
             ("auto-log", "the default's GP fitted on the log of each loss's distance from the "
-             "best", lambda seed, space, number: _warped(seed, space, number, warp="log")),
-            ("auto-local3", "the default: one trial in 3 drawn near the best from twice the "
-             "start-up on", lambda seed, space, number: Auto(seed, space, number, every=3)),
-            ("auto-local2", "the default with one trial in 2 drawn near the best",
-             lambda seed, space, number: Auto(seed, space, number, every=2)),
-            ("auto-mean", "the default with its local draws near the trial the GP's posterior "
-             "mean rates best, not the best seen",
-             lambda seed, space, number: Auto(seed, space, number, local="local-model"))):
+             "best", lambda seed, space, number: warped(seed, space, number, warp="log")),
+            ("auto-seen", "the default with its local draws near the best loss seen, not the "
+             "trial the GP rates best", lambda seed, space, number: Auto(
+                 seed, space, number, local="local-seen")),
+            ("auto-local3", "auto-seen: one trial in 3 drawn near the best from twice the "
+             "start-up on", lambda seed, space, number: Auto(seed, space, number, every=3,
+                                                             local="local-seen")),
+            ("auto-local2", "auto-seen with one trial in 2 drawn near the best",
+             lambda seed, space, number: Auto(seed, space, number, every=2,
+                                              local="local-seen"))):
         samplers.register(samplers.SamplerKind(name, make, help, redraw="random"))
-
-
-def warp(values: Any, how: str, minimize: bool = True) -> Any:
-    """Losses as a warped arm's GP is fitted on them, in the same order (a better value stays
-    better): "rank", normal scores of their ranks (ties share one); "cap", the worse half at
-    the median; "log", the log of their distance from the best plus 1% of the median distance.
-    (Measured 2026-12-04 against the default's raw losses and not taken:
-    bench/README.md#the-default-sampler.)"""
-    import numpy as np
-    from scipy.stats import norm, rankdata
-
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return values
-    if how == "rank":
-        return norm.ppf((rankdata(values) - 0.5) / len(values))
-    if how == "cap":
-        middle = float(np.median(values))
-        return np.minimum(values, middle) if minimize else np.maximum(values, middle)
-    if how == "log":
-        gap = values - values.min() if minimize else values.max() - values
-        scale = np.median(gap[gap > 0]) if np.any(gap > 0) else 1.0
-        out = np.log(gap + 0.01 * scale)
-        return out if minimize else -out
-    raise ValueError(f"Unknown warp {how!r}: expected 'rank', 'cap' or 'log'")
-
-
-@cache  # the classes once per process, not once per trial
-def _warped_auto() -> type:
-    import copy
-
-    import numpy as np
-    from optuna.study import StudyDirection
-
-    from tunepilot.proposers.auto import GP, Auto
-
-    class WarpedGP(GP):
-        """The default's GP fitted on warped losses (`warp`); the study is untouched."""
-
-        def __init__(self, *args: Any, warp: str, **kw: Any):
-            super().__init__(*args, **kw)
-            self.warp = warp
-
-        def _sample_relative_impl(self, study: Any, completed_trials: list[Any],
-                                  running_trials: list[Any], search_space: Any) -> Any:
-            values = warp(np.array([t.value for t in completed_trials]), self.warp,
-                          study.direction == StudyDirection.MINIMIZE)
-            told = []
-            for t, v in zip(completed_trials, values, strict=True):
-                t = copy.copy(t)
-                t.value = float(v)
-                told.append(t)
-            return super()._sample_relative_impl(study, told, running_trials, search_space)
-
-    class Warped(Auto):
-        """The default, its GP draws by `WarpedGP`."""
-
-        def __init__(self, *args: Any, warp: str, **kw: Any):
-            super().__init__(*args, **kw)
-            self.warp = warp
-
-        def _pick(self, study: Any) -> Any:
-            inner = super()._pick(study)
-            if type(inner) is GP:
-                self.inner = inner = WarpedGP(seed=self.seed, n_startup_trials=self.first,
-                                              warn_independent_sampling=False, warp=self.warp)
-            return inner
-
-    return Warped
-
-
-def _warped(seed: int | None, space: Any, number: int, warp: str, **kw: Any) -> Any:
-    return _warped_auto()(seed, space, number, warp=warp, **{"every": 0, **kw})
 
 
 # `auto-local`: start-up points near a declared default, this share of each number's (log)

@@ -3,6 +3,7 @@ and named with its reason."""
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 from pathlib import Path
@@ -17,7 +18,7 @@ from tunepilot import Categorical, Float, Int, SearchSpace, Tuner, trainers
 from tunepilot.errors import ConfigError
 from tunepilot.memory import History, TrialRecord
 from tunepilot.memory.parts import TrainInfo
-from tunepilot.proposers import auto, samplers
+from tunepilot.proposers import auto, gp, samplers
 from tunepilot.proposers.suggest import AgentSampler
 
 SPACE = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
@@ -138,7 +139,8 @@ def test_auto_picks_by_the_space_the_trial_and_the_trials_time():
     assert [auto.choose(slow, NUMERIC, n)[0] for n in range(4, 16)] == [
         "local" if n >= 8 and n % 3 == 0 else "gp" for n in range(4, 16)]
     kind, why = auto.choose(slow, NUMERIC, 9 * 3)
-    assert kind == "local" and "from trial 8 on, one trial in 3 is drawn near the best" in why
+    assert kind == "local" and ("from trial 8 on, one trial in 3 is drawn near the trial the GP "
+                                "rates best") in why
     assert auto.choose(slow, NUMERIC, 27, every=0)[0] == "gp"  # the rule before 2026-12-04 pm
     assert auto.choose(slow, None, 27, first=4)[0] == "gp"  # no space: no local draws
     # Where the GP's draws do not fit, TPE's: a local draw does not stand in for them.
@@ -307,6 +309,17 @@ def test_a_gp_built_for_each_trial_fits_its_kernel_from_the_last_trials(monkeypa
     assert len(started_from) == 2, started_from
     assert started_from[0] is None and started_from[1] is not None
     assert study.trials[7].params != study.trials[6].params
+    # Kept by the storage, weakly: a study in a storage of its own starts afresh, and once the
+    # first study's storage is collected its kernel goes with it (keyed by `id`, a storage made
+    # after that could take the id, and the kernel).
+    from tunepilot.proposers import gp as tp_gp
+
+    assert tp_gp.last_kernel(study) is not None
+    assert tp_gp.last_kernel(optuna.create_study()) is None
+    kept = len(tp_gp._KERNELS)
+    del study
+    gc.collect()
+    assert len(tp_gp._KERNELS) == kept - 1
 
 
 def _edge_study() -> optuna.Study:
@@ -377,9 +390,9 @@ def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
         made(8, TrialState.FAIL, user_attrs={attrs.ERROR: {"kind": "interrupted"}}),  # Ctrl-C
         made(9, TrialState.FAIL),
     ]
-    got = auto.stopped_losses(done, stopped, StudyDirection.MINIMIZE)
+    got = gp.stopped_losses(done, stopped, StudyDirection.MINIMIZE)
     assert got == {2: 0.8, 3: 0.8, 4: 0.8, 5: 0.8, 6: 0.8}
-    assert auto.stopped_losses(done, stopped, StudyDirection.MAXIMIZE)[5] == 0.5
+    assert gp.stopped_losses(done, stopped, StudyDirection.MAXIMIZE)[5] == 0.5
 
 
 def test_a_gp_after_a_start_up_that_was_all_pruned_still_models_it():
@@ -436,7 +449,7 @@ def test_the_first_lines_name_the_sampler_and_why(tmp_path: Path):
     assert out.returncode == 0, out.stderr
     assert ("sampler: auto: a Latin hypercube of 4 trials, then Gaussian-process BO while its "
             "draws fit in a share of the search's time") in out.stdout
-    assert "and from trial 8 on one trial in 3 drawn near the best so far" in out.stdout
+    assert "and from trial 8 on one trial in 3 drawn near the trial the GP rates best" in out.stdout
     out = run_tune("run", "--trainer", "toy:f", "--config", "toy.toml", "--n-trials", "2",
                    "--sampler", "tpe", "--study", "other", cwd=work)
     assert "sampler: tpe (--sampler tpe)" in out.stdout

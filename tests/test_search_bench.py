@@ -217,10 +217,14 @@ def test_the_local_start_up_arm_stays_near_a_declared_default():
 
 
 def _engine():
-    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "bench" / "engine.py")
-    engine = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engine)
-    return engine
+    return _bench("engine")
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _cliff(x: float) -> float:
@@ -244,7 +248,7 @@ def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone
 
     from tunepilot.proposers.auto import Auto
 
-    engine = _engine()
+    warps = _bench("warps")
     dist = {"x": FloatDistribution(0.0, 1.0)}
     study = optuna.create_study()
     for x in (0.05, 0.35, 0.45, 0.6, 0.7, 0.8, 0.9, 0.95):  # 5 of 8 on the cliff
@@ -252,7 +256,7 @@ def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone
         trial.datetime_start = trial.datetime_complete - timedelta(minutes=1)  # a minute: GP draws
         study.add_trial(trial)
     study.sampler = (Auto(8, None, 8, first=4) if warp is None
-                     else engine._warped(8, None, 8, warp=warp, first=4))
+                     else warps.warped(8, None, 8, warp=warp, first=4))
     x = study.ask().suggest_float("x", 0.0, 1.0)
     assert study.sampler.inner.__class__.__name__ == ("GP" if warp is None else "WarpedGP")
     if warp in (None, "cap"):  # the median is on the cliff: the cap leaves the losses alone
@@ -265,15 +269,15 @@ def test_the_warped_arms_fit_their_gp_on_warped_losses_and_leave_the_study_alone
 def test_a_warp_keeps_the_order_of_the_losses_and_their_ties():
     import numpy as np
 
-    engine = _engine()
+    warps = _bench("warps")
     losses = np.array([0.06, 0.07, 0.5, 0.065, 0.5, float("inf")])
     for how in ("rank", "cap", "log"):
         for minimize in (True, False):
             values = losses if minimize else -losses
-            got = engine.warp(values, how, minimize)
+            got = warps.warp(values, how, minimize)
             order = np.argsort(values, kind="stable")  # a better loss stays better
             assert np.all(np.diff(got[order]) >= 0), (how, minimize, got)
             assert got[2] == got[4]
-    assert np.isfinite(engine.warp(losses, "rank")).all()
+    assert np.isfinite(warps.warp(losses, "rank")).all()
     with pytest.raises(ValueError, match="expected 'rank', 'cap' or 'log'"):
-        engine.warp(losses, "box-cox")
+        warps.warp(losses, "box-cox")

@@ -11,10 +11,12 @@ bench/README.md#the-default-sampler):
 2. Then Gaussian-process BO (Optuna's `GPSampler`), which models the trials so far (pruned ones
    at their last loss, ones the config broke at the study's worst, those still running on
    other workers as Optuna does), for as long as its own time fits the time share below.
-3. From twice the start-up on, every third trial the GP would draw is a draw near the best
-   trial so far instead (`NearBest`: each number moved by a normal step of a tenth of its (log)
-   range, each choice kept 4 times in 5): a local search beside the GP's model, which on its
-   own spends late trials on the space's edges.
+3. From twice the start-up on, every third trial the GP would draw is a draw near the trial
+   the GP rates best instead (`NearBest`: each number moved by a normal step of a tenth of its
+   (log) range, each choice kept 4 times in 5): a local search beside the GP's model, which on
+   its own spends late trials on the space's edges. It goes near the finished trial whose loss
+   a GP fitted to the losses predicts lowest, not the lowest loss seen: on a noisy objective
+   the luckiest trial is often a config whose neighbours disagree with it.
 4. The sampler's time follows the trials': it may spend `share(trial)` of the search's time,
    10% beside 1-second trials and more beside long ones (`share`). A draw whose expected cost
    would take the sampler past that share is TPE's instead (milliseconds), so short trials get
@@ -27,7 +29,6 @@ every worker apply the rule from the same figures.
 
 from __future__ import annotations
 
-import copy
 import math
 import statistics
 import warnings
@@ -35,10 +36,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from optuna.samplers import BaseSampler, GPSampler, QMCSampler
+from optuna.samplers import BaseSampler, QMCSampler
 
-from tunepilot.errors import CONFIG_DEPENDENT
 from tunepilot.memory import History, records
+from tunepilot.proposers.gp import GP, model_best
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ if TYPE_CHECKING:
 # (bench/README.md#the-samplers-own-time).
 FIRST_GP_DRAW_S = 0.5
 # From trial 2 x the start-up on, every LOCAL_EVERY-th trial the GP would draw is drawn near the
-# best trial (`NearBest`): each number moved by a normal step of LOCAL_SD of its (log) range,
-# each choice redrawn with probability LOCAL_FLIP (bench/README.md#the-default-sampler).
+# trial the GP rates best (`NearBest`): each number moved by a normal step of LOCAL_SD of its
+# (log) range, each choice redrawn with probability LOCAL_FLIP
+# (bench/README.md#the-default-sampler).
 LOCAL_EVERY, LOCAL_SD, LOCAL_FLIP = 3, 0.1, 0.2
 
 
@@ -70,7 +72,8 @@ def choose(history: History, space: SearchSpace | None, number: int,
            first: int | None = None, every: int = LOCAL_EVERY) -> tuple[str, str]:
     """("lhs" | "gp" | "local" | "tpe", why) for trial `number` of a study with `history`;
     `first`: the start-up trials (default: `startup`); `every`: from trial 2 x `first` on,
-    every `every`-th trial the GP would draw is drawn near the best trial ("local"; 0: never)."""
+    every `every`-th trial the GP would draw is drawn near the trial the GP rates best ("local";
+    0: never)."""
     first = startup(space) if first is None else first
     if number < first:
         return "lhs", f"the first {first} trials are a Latin hypercube, an even cover"
@@ -86,7 +89,7 @@ def choose(history: History, space: SearchSpace | None, number: int,
     if not done or spent + expected <= allowed * (work + trial_s):
         if every and space is not None and number >= 2 * first and number % every == 0:
             return "local", (f"from trial {2 * first} on, one trial in {every} is drawn near "
-                             "the best so far (a local search beside the GP's model)")
+                             "the trial the GP rates best (a local search beside its model)")
         return "gp", (f"its draws fit in {allowed:.0%} of the search's time beside trials of "
                       f"{trial_s:.2g} s")
     return "tpe", (f"a GP draw (~{expected:.2g} s) would take the sampler past {allowed:.0%} of "
@@ -154,104 +157,9 @@ class Auto(BaseSampler):
             self.inner.reseed_rng()
 
 
-# The kernel each study's last GP draw in this process fitted, by (storage, study id).
-_KERNELS: dict[tuple[int, int], Any] = {}
-
-
-class GP(GPSampler):
-    """Optuna's GPSampler with two changes:
-
-    - It models the trials that were stopped as well as those that finished. Optuna's fits
-      COMPLETE trials only, so a pruned trial taught it nothing and it went back to the region
-      just pruned (bench/README.md#time-to-a-target); with every start-up trial pruned it had
-      no model at all and drew at random. Here a pruned trial counts at its last reported loss
-      (an early epoch's: no better than it would have ended), and a trial the config broke
-      (diverged, out of memory, timed out, crashed: `errors.CONFIG_DEPENDENT`) at the worst
-      loss of the study.
-    - Built anew for each trial (seeded by it), it starts fitting its kernel where the study's
-      last GP draw in this process left it, as one GPSampler kept for a whole study does
-      (Optuna keeps the fitted kernel in the sampler to start the next fit from it)."""
-
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        view = _with_stopped(study)
-        if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
-            return super().sample_relative(view, trial, search_space)
-        key = (id(study._storage), study._study_id)
-        if self._gprs_cache_list is None:
-            self._gprs_cache_list = _KERNELS.get(key)
-        try:
-            return super().sample_relative(view, trial, search_space)
-        finally:
-            if self._gprs_cache_list is not None:
-                _KERNELS[key] = self._gprs_cache_list
-
-
-def _with_stopped(study: optuna.Study) -> optuna.Study:
-    """The study as GPSampler reads it: where it asks for COMPLETE trials it also gets the
-    pruned ones and those the config broke, each as COMPLETE at the loss `stopped_losses`
-    gives it. A shallow copy; the study itself and its storage are untouched."""
-    from optuna.trial import TrialState
-
-    view = copy.copy(study)
-
-    def get_trials(deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> Any:
-        trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
-        if states is None or TrialState.COMPLETE not in states:
-            return trials
-        stopped = study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL),
-                                    use_cache=use_cache)
-        if not stopped:
-            return trials
-        done = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,),
-                                 use_cache=use_cache)
-        losses = stopped_losses(done, stopped, study.direction)
-        extra = []
-        for t in stopped:
-            if t.number not in losses:
-                continue
-            as_done = copy.copy(t)
-            as_done.state, as_done.value = TrialState.COMPLETE, losses[t.number]
-            extra.append(as_done)
-        return sorted(list(trials) + extra, key=lambda t: t.number)
-
-    view._get_trials = get_trials  # type: ignore[method-assign]
-    return view
-
-
-def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
-                   direction: Any) -> dict[int, float]:
-    """{trial number: the value it is modelled at} for trials that did not finish: a pruned
-    trial at its last reported value; a trial the config broke (`errors.CONFIG_DEPENDENT`), or
-    a pruned one whose last value is not finite, at the worst finite value of the study.
-    Trials failed by something else (a bug in the trainer, an interrupt) are left out."""
-    from optuna.study import StudyDirection
-    from optuna.trial import TrialState
-
-    def last(t: FrozenTrial) -> float | None:
-        if t.state != TrialState.PRUNED or not t.intermediate_values:
-            return None
-        value = t.intermediate_values[max(t.intermediate_values)]
-        return value if math.isfinite(value) else None
-
-    finite = [float(t.value) for t in done if t.value is not None and math.isfinite(t.value)]
-    finite += [v for v in map(last, stopped) if v is not None]
-    worst = (max if direction == StudyDirection.MINIMIZE else min)(finite) if finite else None
-    out: dict[int, float] = {}
-    for t in stopped:
-        broke = (t.state == TrialState.FAIL and
-                 (History.error_of(t) or {}).get("kind") in CONFIG_DEPENDENT)
-        if t.state == TrialState.PRUNED or broke:
-            value = last(t)
-            value = worst if value is None else value
-            if value is not None:
-                out[t.number] = value
-    return out
-
-
 class NearBest(BaseSampler):
-    """A draw near the study's best finished trial: each number moved by a normal step of
-    `LOCAL_SD` of its (log) range (kept inside it), each choice redrawn with probability
+    """A draw near one of the study's finished trials (`best`): each number moved by a normal
+    step of `LOCAL_SD` of its (log) range (kept inside it), each choice redrawn with probability
     `LOCAL_FLIP`. Before any trial has finished, or without a space, uniform random draws."""
 
     def __init__(self, seed: int | None, space: SearchSpace | None, anchor: str = "seen"):
@@ -280,7 +188,7 @@ class NearBest(BaseSampler):
         if not done:
             return None
         if self.anchor == "model" and len(done) >= 3:
-            return done[_model_best(study, done, search_space)]
+            return done[model_best(study, done, search_space)]
         return (min if study.direction == StudyDirection.MINIMIZE else max)(
             done, key=lambda t: float(t.value or 0.0))
 
@@ -307,38 +215,6 @@ class NearBest(BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
-
-
-def _model_best(study: optuna.Study, done: list[FrozenTrial],
-                search_space: Mapping[str, BaseDistribution]) -> int:
-    """The index in `done` of the trial whose loss a GP fitted to `done` predicts best: on a
-    noisy objective, not the luckiest trial but the one whose neighbours agree. The kernel is
-    the study's last GP draw's in this process where there is one, else fitted here."""
-    import torch
-    from optuna._gp import gp, prior
-    from optuna._gp import search_space as gp_space
-    from optuna.study import StudyDirection
-
-    internal = gp_space.SearchSpace(dict(search_space))
-    x = internal.get_normalized_params(done)
-    y = np.array([float(t.value or 0.0) for t in done])
-    if study.direction == StudyDirection.MINIMIZE:
-        y = -y
-    y = (y - y.mean()) / max(float(y.std()), 1e-12)
-    cats = internal.is_categorical
-    cached = _KERNELS.get((id(study._storage), study._study_id))
-    with torch.device("cpu"):
-        if cached and len(cached[0].inverse_squared_lengthscales) == internal.dim:
-            gpr = gp.GPRegressor(torch.from_numpy(cats), torch.from_numpy(x), torch.from_numpy(y),
-                                 cached[0].inverse_squared_lengthscales, cached[0].kernel_scale,
-                                 cached[0].noise_var)
-            gpr._cache_matrix()
-        else:
-            gpr = gp.fit_kernel_params(x, y, cats, prior.default_log_prior,
-                                       prior.DEFAULT_MINIMUM_NOISE_VAR, False)
-        with torch.no_grad():
-            mean, _ = gpr.posterior(torch.from_numpy(x))
-    return int(torch.argmax(mean))
 
 
 class _Told(QMCSampler):
@@ -403,8 +279,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if kind in ("local", "local-model"):
-        return NearBest(seed, space, anchor="model" if kind == "local-model" else "seen")
+    if kind in ("local", "local-seen"):  # "local-seen": the rule before 2026-12-05
+        return NearBest(seed, space, anchor="seen" if kind == "local-seen" else "model")
     if kind == "gp":
         return GP(seed=seed, n_startup_trials=startup(space) if first is None else first,
                   warn_independent_sampling=False)

@@ -179,7 +179,7 @@ def _cmaes(seed: int | None, space: SearchSpace | None, number: int) -> BaseSamp
 
 
 def _gp(seed: int | None, space: SearchSpace | None, number: int) -> BaseSampler:
-    from tunepilot.proposers.auto import GP
+    from tunepilot.proposers.gp import GP
 
     return GP(seed=seed)
 
@@ -257,8 +257,8 @@ def _auto_line(space: SearchSpace) -> str:
     return (f"sampler: auto: a Latin hypercube of {n} trials, then Gaussian-process BO while its "
             "draws fit in a share of the search's time (10% beside 1-second trials, more beside "
             f"longer ones), TPE's draws where they would not, and from trial {2 * n} on one "
-            f"trial in {LOCAL_EVERY} drawn near the best so far: ahead of Optuna's TPE and level "
-            "with or ahead of its GP sampler on four families of problems "
+            f"trial in {LOCAL_EVERY} drawn near the trial the GP rates best: ahead of Optuna's "
+            "TPE and level with or ahead of its GP sampler on four families of problems "
             "(bench/README.md#the-default-sampler)")
 
 
@@ -279,10 +279,10 @@ register(SamplerKind("gp", _gp, "Optuna's Gaussian-process BO (GPSampler)", labe
 register(SamplerKind("lhs", _lhs, "Latin hypercubes of one more point than the parameters, one "
                      "after another (the default's start-up)", label="Latin hypercube",
                      owns=_is_latin, describe=sampler_state.describe_lhs))
-register(SamplerKind("local", _local, "draws near the best finished trial: each number moved by "
-                     "a tenth of its (log) range, each choice kept 4 times in 5 (the default's "
-                     "local search)", label="local search", owns=_is_near_best,
-                     redraw="random", describe=sampler_state.describe_local))
+register(SamplerKind("local", _local, "draws near the finished trial a GP fitted to the losses "
+                     "rates best: each number moved by a tenth of its (log) range, each choice "
+                     "kept 4 times in 5 (the default's local search)", label="local search",
+                     owns=_is_near_best, redraw="random", describe=sampler_state.describe_local))
 register(SamplerKind("qmc", lambda seed, space, number: _qmc(seed, number),
                      "a scrambled Sobol sequence (Optuna's QMCSampler)", label="Sobol points",
                      owns=_is("QMCSampler"), describe=sampler_state.describe_qmc))

@@ -1,0 +1,154 @@
+"""Optuna's GPSampler as the default search (`auto`) uses it: fitted to the stopped trials as
+well as the finished ones, its kernel kept across a study's trials, and the trial its model
+rates best (where `auto.NearBest` draws near, with `anchor="model"`)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from optuna.samplers import GPSampler
+
+from tunepilot.errors import CONFIG_DEPENDENT
+from tunepilot.memory import History
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+    from optuna.trial import FrozenTrial
+
+# The kernel each study's last GP draw in this process fitted: {storage: {study id: kernel}},
+# the storage held weakly (a key of its `id` was reused by the next study's storage once the
+# first was collected, and handed that study a kernel it never fitted).
+_KERNELS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
+
+
+def last_kernel(study: optuna.Study) -> Any:
+    """The kernel the study's last GP draw in this process fitted (None before one)."""
+    return _KERNELS.get(study._storage, {}).get(study._study_id)
+
+
+class GP(GPSampler):
+    """Optuna's GPSampler with two changes:
+
+    - It models the trials that were stopped as well as those that finished. Optuna's fits
+      COMPLETE trials only, so a pruned trial taught it nothing and it went back to the region
+      just pruned (bench/README.md#time-to-a-target); with every start-up trial pruned it had
+      no model at all and drew at random. Here a pruned trial counts at its last reported loss
+      (an early epoch's: no better than it would have ended), and a trial the config broke
+      (diverged, out of memory, timed out, crashed: `errors.CONFIG_DEPENDENT`) at the worst
+      loss of the study.
+    - Built anew for each trial (seeded by it), it starts fitting its kernel where the study's
+      last GP draw in this process left it, as one GPSampler kept for a whole study does
+      (Optuna keeps the fitted kernel in the sampler to start the next fit from it)."""
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        view = _with_stopped(study)
+        if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
+            return super().sample_relative(view, trial, search_space)
+        if self._gprs_cache_list is None:
+            self._gprs_cache_list = last_kernel(study)
+        try:
+            return super().sample_relative(view, trial, search_space)
+        finally:
+            if self._gprs_cache_list is not None:
+                _KERNELS.setdefault(study._storage, {})[study._study_id] = self._gprs_cache_list
+
+
+def _with_stopped(study: optuna.Study) -> optuna.Study:
+    """The study as GPSampler reads it: where it asks for COMPLETE trials it also gets the
+    pruned ones and those the config broke, each as COMPLETE at the loss `stopped_losses`
+    gives it. A shallow copy; the study itself and its storage are untouched."""
+    from optuna.trial import TrialState
+
+    view = copy.copy(study)
+
+    def get_trials(deepcopy: bool = True, states: Any = None, use_cache: bool = False) -> Any:
+        trials = study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        if states is None or TrialState.COMPLETE not in states:
+            return trials
+        stopped = study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL),
+                                    use_cache=use_cache)
+        if not stopped:
+            return trials
+        done = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,),
+                                 use_cache=use_cache)
+        losses = stopped_losses(done, stopped, study.direction)
+        extra = []
+        for t in stopped:
+            if t.number not in losses:
+                continue
+            as_done = copy.copy(t)
+            as_done.state, as_done.value = TrialState.COMPLETE, losses[t.number]
+            extra.append(as_done)
+        return sorted(list(trials) + extra, key=lambda t: t.number)
+
+    view._get_trials = get_trials  # type: ignore[method-assign]
+    return view
+
+
+def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
+                   direction: Any) -> dict[int, float]:
+    """{trial number: the value it is modelled at} for trials that did not finish: a pruned
+    trial at its last reported value; a trial the config broke (`errors.CONFIG_DEPENDENT`), or
+    a pruned one whose last value is not finite, at the worst finite value of the study.
+    Trials failed by something else (a bug in the trainer, an interrupt) are left out."""
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    def last(t: FrozenTrial) -> float | None:
+        if t.state != TrialState.PRUNED or not t.intermediate_values:
+            return None
+        value = t.intermediate_values[max(t.intermediate_values)]
+        return value if math.isfinite(value) else None
+
+    finite = [float(t.value) for t in done if t.value is not None and math.isfinite(t.value)]
+    finite += [v for v in map(last, stopped) if v is not None]
+    worst = (max if direction == StudyDirection.MINIMIZE else min)(finite) if finite else None
+    out: dict[int, float] = {}
+    for t in stopped:
+        broke = (t.state == TrialState.FAIL and
+                 (History.error_of(t) or {}).get("kind") in CONFIG_DEPENDENT)
+        if t.state == TrialState.PRUNED or broke:
+            value = last(t)
+            value = worst if value is None else value
+            if value is not None:
+                out[t.number] = value
+    return out
+
+
+def model_best(study: optuna.Study, done: list[FrozenTrial],
+                search_space: Mapping[str, BaseDistribution]) -> int:
+    """The index in `done` of the trial whose loss a GP fitted to `done` predicts best: on a
+    noisy objective, not the luckiest trial but the one whose neighbours agree. The kernel is
+    the study's last GP draw's in this process where there is one, else fitted here."""
+    import torch
+    from optuna._gp import gp, prior
+    from optuna._gp import search_space as gp_space
+    from optuna.study import StudyDirection
+
+    internal = gp_space.SearchSpace(dict(search_space))
+    x = internal.get_normalized_params(done)
+    y = np.array([float(t.value or 0.0) for t in done])
+    if study.direction == StudyDirection.MINIMIZE:
+        y = -y
+    y = (y - y.mean()) / max(float(y.std()), 1e-12)
+    cats = internal.is_categorical
+    cached = last_kernel(study)
+    with torch.device("cpu"):
+        if cached and len(cached[0].inverse_squared_lengthscales) == internal.dim:
+            gpr = gp.GPRegressor(torch.from_numpy(cats), torch.from_numpy(x), torch.from_numpy(y),
+                                 cached[0].inverse_squared_lengthscales, cached[0].kernel_scale,
+                                 cached[0].noise_var)
+            gpr._cache_matrix()
+        else:
+            gpr = gp.fit_kernel_params(x, y, cats, prior.default_log_prior,
+                                       prior.DEFAULT_MINIMUM_NOISE_VAR, False)
+        with torch.no_grad():
+            mean, _ = gpr.posterior(torch.from_numpy(x))
+    return int(torch.argmax(mean))
