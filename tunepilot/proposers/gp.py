@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
 # The kernel each study's last GP draw in this process fitted: {storage: {study id: kernel}},
-# the storage held weakly (a key of its `id` was reused by the next study's storage once the
-# first was collected, and handed that study a kernel it never fitted).
+# the storage held weakly (keyed by its `id`, a storage made after another was collected could
+# take that id and be handed a kernel it never fitted).
 _KERNELS: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
 
 
