@@ -288,14 +288,14 @@ def test_a_gp_built_for_each_trial_fits_its_kernel_from_the_last_trials(monkeypa
     a sampler per trial (seeded by it), which must start from the study's last fit too."""
     import optuna.samplers._gp.sampler as gp_sampler
 
-    gp = gp_sampler.gp  # the module as the sampler sees it (Optuna imports it lazily)
-    fit, started_from = gp.fit_kernel_params, []
+    optuna_gp = gp_sampler.gp  # the module as the sampler sees it (Optuna imports it lazily)
+    fit, started_from = optuna_gp.fit_kernel_params, []
 
     def recording(*args: Any, **kw: Any) -> Any:
         started_from.append(kw.get("gpr_cache"))
         return fit(*args, **kw)
 
-    monkeypatch.setattr(gp, "fit_kernel_params", recording)
+    monkeypatch.setattr(optuna_gp, "fit_kernel_params", recording)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
 
     def objective(trial: optuna.Trial) -> float:
@@ -312,14 +312,12 @@ def test_a_gp_built_for_each_trial_fits_its_kernel_from_the_last_trials(monkeypa
     # Kept by the storage, weakly: a study in a storage of its own starts afresh, and once the
     # first study's storage is collected its kernel goes with it (keyed by `id`, a storage made
     # after that could take the id, and the kernel).
-    from tunepilot.proposers import gp as tp_gp
-
-    assert tp_gp.last_kernel(study) is not None
-    assert tp_gp.last_kernel(optuna.create_study()) is None
-    kept = len(tp_gp._KERNELS)
+    assert gp.last_kernel(study) is not None
+    assert gp.last_kernel(optuna.create_study()) is None
+    kept = len(gp._KERNELS)
     del study
     gc.collect()
-    assert len(tp_gp._KERNELS) == kept - 1
+    assert len(gp._KERNELS) == kept - 1
 
 
 def _edge_study() -> optuna.Study:
