@@ -15,8 +15,10 @@ It prints, per family and pooled over the families (each family weighs the same)
 the best config found (by the loss the optimizer saw; scored by its noise-free loss) at each
 budget, mean ± standard error over seeds (the problems of a family and both variants averaged
 per seed first), the paired difference against Optuna's `TPESampler()` in standard errors, and
-each strategy's own seconds a trial. `--results FILE` keeps each run as a JSON line and reuses
-what a file holds, so a long run can stop, resume, and spread over processes (`--jobs`).
+each strategy's own seconds a trial; `--paired-against hebo,ax` adds, per family and pooled,
+each strategy's paired difference from those peers (mean ± se over seeds, and the ratio).
+`--results FILE` keeps each run as a JSON line and reuses what a file holds, so a long run can
+stop, resume, and spread over processes (`--jobs`).
 """
 
 from __future__ import annotations
@@ -293,6 +295,37 @@ def table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str], family: 
     return "\n".join(lines)
 
 
+def paired(runs: Sequence[Mapping[str, Any]], mine: str, other: str, family: str | None,
+           b: int) -> tuple[float, float, float, int] | None:
+    """`mine` less `other` at budget `b`, paired by seed (each seed's mean over the family, or
+    the mean of the families' means): (mean difference, its standard error, ratio of the two
+    means, seeds), or None where fewer than two seeds hold both."""
+    a, t = per_seed(runs, mine, family, b), per_seed(runs, other, family, b)
+    both = sorted(set(a) & set(t))
+    if len(both) < 2:
+        return None
+    diffs = [a[k] - t[k] for k in both]
+    theirs = statistics.fmean(t[k] for k in both)
+    ratio = statistics.fmean(a[k] for k in both) / theirs if theirs else math.inf
+    return statistics.fmean(diffs), _se(diffs), ratio, len(both)
+
+
+def paired_table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str], against: str,
+                 family: str | None, budgets: Sequence[int]) -> str:
+    lines = [f"| strategy less {against} | " + " | ".join(f"@{b}" for b in budgets) + " |",
+             "|" + "---|" * (len(budgets) + 1)]
+    for s in strategies:
+        if s == against:
+            continue
+        cells = []
+        for b in budgets:
+            got = paired(runs, s, against, family, b)
+            cells.append("-" if got is None else
+                         f"{got[0]:+.4f} ± {got[1]:.4f} ({got[2]:.2f}x, {got[3]} seeds)")
+        lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default="optuna-tpe,optuna-gp,random,hyperopt,tp:auto")
@@ -304,6 +337,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--results", type=Path, action="append", default=[])
     parser.add_argument("--saved-only", action="store_true")
+    parser.add_argument("--paired-against", default="", metavar="NAMES",
+                        help="also print each strategy's paired difference from these (comma "
+                             "separated, e.g. hebo,ax): mean ± se over seeds, and the ratio")
     args = parser.parse_args()
     args.strategies_given = "--strategies" in sys.argv
     strategies = [s for s in args.strategies.split(",") if s]
@@ -317,6 +353,8 @@ def main() -> None:
                                                      args.first_seed + args.seeds),
                          args.budget, args.results, args.jobs,
                          [p for p in args.problems.split(",") if p])
+    against = [a for a in args.paired_against.split(",") if a]
+    strategies += [a for a in against if a not in strategies]
     budgets = [b for b in BUDGETS if b <= args.budget]
     runs = common(runs, strategies)
     problems = len({(r["family"], r["problem"]) for r in runs})
@@ -325,6 +363,9 @@ def main() -> None:
     for family in [*families, None]:
         print(f"\n{family or 'pooled (each family weighs the same)'}:\n")
         print(table(runs, strategies, family, budgets))
+        for other in against:
+            print()
+            print(paired_table(runs, strategies, other, family, budgets))
 
 
 if __name__ == "__main__":

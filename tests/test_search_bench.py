@@ -281,3 +281,48 @@ def test_a_warp_keeps_the_order_of_the_losses_and_their_ties():
     assert np.isfinite(warps.warp(losses, "rank")).all()
     with pytest.raises(ValueError, match="expected 'rank', 'cap' or 'log'"):
         warps.warp(losses, "box-cox")
+
+
+def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypatch, capsys):
+    """bench/engine.py's `--paired-against`: per seed each family's mean over its problems and
+    variants, pooled the mean of the families; a seed counts only where both ran it, and the
+    difference and ratio read from those seeds alone."""
+    engine = _engine()
+
+    def row(strategy, family, problem, seed, declared, rank):
+        return {"strategy": strategy, "family": family, "problem": problem, "seed": seed,
+                "declared": declared, "budget": 5, "ranks": [0.5, 0.4, 0.3, 0.2, rank],
+                "sampler_s": [0.01]}
+
+    runs = []
+    for seed in range(3):
+        for declared in (False, True):
+            runs.append(row("tp:auto", "classic", "branin", seed, declared, 0.10 + 0.01 * seed))
+            runs.append(row("tp:auto", "ctr", "ctr-lightning", seed, declared, 0.30))
+            runs.append(row("hebo", "classic", "branin", seed, declared, 0.20))
+            runs.append(row("hebo", "ctr", "ctr-lightning", seed, declared, 0.30 + 0.02 * seed))
+    runs.append(row("tp:auto", "classic", "branin", 3, False, 0.9))  # hebo lacks seed 3
+    # classic: auto - hebo = -0.10, -0.09, -0.08; ctr: 0, -0.02, -0.04; pooled, the
+    # means of the two: -0.05, -0.055, -0.06.
+    mean, se, ratio, seeds = engine.paired(runs, "tp:auto", "hebo", None, 5)
+    assert seeds == 3 and mean == pytest.approx(-0.055)
+    assert se == pytest.approx(0.005 / 3 ** 0.5)
+    assert ratio == pytest.approx((0.11 + 0.30) / 2 / ((0.20 + 0.32) / 2))
+    assert engine.paired(runs, "tp:auto", "hebo", "classic", 5)[:2] == pytest.approx(
+        (-0.09, 0.01 / 3 ** 0.5))
+    assert engine.paired(runs, "tp:auto", "hebo", "hpobench", 5) is None  # no seeds there
+    lines = engine.paired_table(runs, ["tp:auto", "hebo"], "hebo", None, [5]).splitlines()
+    assert lines[0] == "| strategy less hebo | @5 |" and len(lines) == 3
+    assert lines[2] == "| tp:auto | -0.0550 ± 0.0029 (0.79x, 3 seeds) |"
+
+    # The command: a saved file read back, the peer added to the strategies when not named.
+    saved = tmp_path / "runs.jsonl"
+    saved.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
+                                      "--budget", "5", "--strategies", "tp:auto",
+                                      "--paired-against", "hebo"])
+    engine.main()
+    out = capsys.readouterr().out
+    assert "2 problems x 2 variants x 3 seeds that every strategy ran" in out
+    pooled = out.split("pooled (each family weighs the same)")[1]
+    assert "| tp:auto | -0.0550 ± 0.0029 (0.79x, 3 seeds) |" in pooled
