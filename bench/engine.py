@@ -354,6 +354,11 @@ def main() -> None:
                          args.budget, args.results, args.jobs,
                          [p for p in args.problems.split(",") if p])
     against = [a for a in args.paired_against.split(",") if a]
+    for name in against:
+        if not any(r["strategy"] == name for r in runs):
+            ran = ", ".join(sorted({r["strategy"] for r in runs})) or "nothing"
+            parser.error(f"--paired-against {name}: no runs of it here (these hold: {ran}); "
+                         f"run it first with --strategies {name} and the same --results")
     strategies += [a for a in against if a not in strategies]
     budgets = [b for b in BUDGETS if b <= args.budget]
     runs = common(runs, strategies)

@@ -326,3 +326,10 @@ def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypa
     assert "2 problems x 2 variants x 3 seeds that every strategy ran" in out
     pooled = out.split("pooled (each family weighs the same)")[1]
     assert "| tp:auto | -0.0550 ± 0.0029 (0.79x, 3 seeds) |" in pooled
+    # A peer the file does not hold: a clear error, not empty tables.
+    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
+                                      "--budget", "5", "--paired-against", "smac"])
+    with pytest.raises(SystemExit):
+        engine.main()
+    assert "--paired-against smac: no runs of it here (these hold: hebo, tp:auto)" in \
+        capsys.readouterr().err
