@@ -344,6 +344,7 @@ def main() -> None:
     args.strategies_given = "--strategies" in sys.argv
     strategies = [s for s in args.strategies.split(",") if s]
     families = [f for f in args.families.split(",") if f]
+    asked = [p for p in args.problems.split(",") if p]
     if args.saved_only:
         runs = load(args.results)
         if not args.strategies_given:
@@ -351,8 +352,9 @@ def main() -> None:
     else:
         runs = benchmark(strategies, families, range(args.first_seed,
                                                      args.first_seed + args.seeds),
-                         args.budget, args.results, args.jobs,
-                         [p for p in args.problems.split(",") if p])
+                         args.budget, args.results, args.jobs, asked)
+    # The tables cover the families and problems asked for, saved runs of others left out.
+    runs = [r for r in runs if r["family"] in families and (not asked or r["problem"] in asked)]
     against = [a for a in args.paired_against.split(",") if a]
     for name in against:
         if not any(r["strategy"] == name for r in runs):

@@ -326,6 +326,14 @@ def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypa
     assert "2 problems x 2 variants x 3 seeds that every strategy ran" in out
     pooled = out.split("pooled (each family weighs the same)")[1]
     assert "| tp:auto | -0.0550 ± 0.0029 (0.79x, 3 seeds) |" in pooled
+    # --problems holds for saved runs too: pooled is then branin's alone.
+    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
+                                      "--budget", "5", "--problems", "branin",
+                                      "--paired-against", "hebo"])
+    engine.main()
+    out = capsys.readouterr().out
+    assert "1 problems x 2 variants x 3 seeds" in out
+    assert "| tp:auto | -0.0900 ± 0.0058 (0.55x, 3 seeds) |" in out.split("pooled")[1]
     # A peer the file does not hold: a clear error, not empty tables.
     monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
                                       "--budget", "5", "--paired-against", "smac"])
