@@ -318,26 +318,23 @@ def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypa
     # The command: a saved file read back, the peer added to the strategies when not named.
     saved = tmp_path / "runs.jsonl"
     saved.write_text("".join(json.dumps(r) + "\n" for r in runs))
-    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
-                                      "--budget", "5", "--strategies", "tp:auto",
-                                      "--paired-against", "hebo"])
-    engine.main()
-    out = capsys.readouterr().out
+
+    def tables(*args):
+        monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
+                                          "--budget", "5", *args])
+        engine.main()
+        return capsys.readouterr().out
+
+    out = tables("--strategies", "tp:auto", "--paired-against", "hebo")
     assert "2 problems x 2 variants x 3 seeds that every strategy ran" in out
     pooled = out.split("pooled (each family weighs the same)")[1]
     assert "| tp:auto | -0.0550 ± 0.0029 (0.79x, 3 seeds) |" in pooled
     # --problems holds for saved runs too: pooled is then branin's alone.
-    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
-                                      "--budget", "5", "--problems", "branin",
-                                      "--paired-against", "hebo"])
-    engine.main()
-    out = capsys.readouterr().out
+    out = tables("--problems", "branin", "--paired-against", "hebo")
     assert "1 problems x 2 variants x 3 seeds" in out
     assert "| tp:auto | -0.0900 ± 0.0058 (0.55x, 3 seeds) |" in out.split("pooled")[1]
     # A peer the file does not hold: a clear error, not empty tables.
-    monkeypatch.setattr(sys, "argv", ["engine.py", "--results", str(saved), "--saved-only",
-                                      "--budget", "5", "--paired-against", "smac"])
     with pytest.raises(SystemExit):
-        engine.main()
+        tables("--paired-against", "smac")
     assert "--paired-against smac: no runs of it here (these hold: hebo, tp:auto)" in \
         capsys.readouterr().err
