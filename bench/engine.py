@@ -342,19 +342,22 @@ def main() -> None:
                              "separated, e.g. hebo,ax): mean ± se over seeds, and the ratio")
     args = parser.parse_args()
     args.strategies_given = "--strategies" in sys.argv
+    args.seeds_given = "--seeds" in sys.argv or "--first-seed" in sys.argv
     strategies = [s for s in args.strategies.split(",") if s]
     families = [f for f in args.families.split(",") if f]
     asked = [p for p in args.problems.split(",") if p]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.saved_only:
         runs = load(args.results)
         if not args.strategies_given:
             strategies = sorted({r["strategy"] for r in runs}, key=lambda s: (s != PEER, s))
     else:
-        runs = benchmark(strategies, families, range(args.first_seed,
-                                                     args.first_seed + args.seeds),
-                         args.budget, args.results, args.jobs, asked)
-    # The tables cover the families and problems asked for, saved runs of others left out.
-    runs = [r for r in runs if r["family"] in families and (not asked or r["problem"] in asked)]
+        runs = benchmark(strategies, families, seeds, args.budget, args.results, args.jobs,
+                         asked)
+    # The tables cover the families and problems asked for, saved runs of others left out, and
+    # with --saved-only the seeds asked for where --seeds or --first-seed is given.
+    runs = [r for r in runs if r["family"] in families and (not asked or r["problem"] in asked)
+            and (not (args.saved_only and args.seeds_given) or r["seed"] in seeds)]
     against = [a for a in args.paired_against.split(",") if a]
     for name in against:
         if not any(r["strategy"] == name for r in runs):
@@ -365,8 +368,8 @@ def main() -> None:
     budgets = [b for b in BUDGETS if b <= args.budget]
     runs = common(runs, strategies)
     problems = len({(r["family"], r["problem"]) for r in runs})
-    seeds = len({r["seed"] for r in runs})
-    print(f"\n{problems} problems x 2 variants x {seeds} seeds that every strategy ran")
+    print(f"\n{problems} problems x 2 variants x {len({r['seed'] for r in runs})} seeds that "
+          "every strategy ran")
     for family in [*families, None]:
         print(f"\n{family or 'pooled (each family weighs the same)'}:\n")
         print(table(runs, strategies, family, budgets))

@@ -333,6 +333,10 @@ def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypa
     out = tables("--problems", "branin", "--paired-against", "hebo")
     assert "1 problems x 2 variants x 3 seeds" in out
     assert "| tp:auto | -0.0900 ± 0.0058 (0.55x, 3 seeds) |" in out.split("pooled")[1]
+    # --seeds with --saved-only: those seeds only (seed 0 and 1 here: -0.05, -0.055).
+    out = tables("--seeds", "2", "--paired-against", "hebo")
+    assert "2 problems x 2 variants x 2 seeds" in out
+    assert "| tp:auto | -0.0525 ± 0.0025 " in out.split("pooled")[1]
     # A peer the file does not hold: a clear error, not empty tables.
     with pytest.raises(SystemExit):
         tables("--paired-against", "smac")
