@@ -282,10 +282,9 @@ def table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str], family: 
                 cells.append("-")
                 continue
             cell = f"{statistics.fmean(mine.values()):.4f} ± {_se(list(mine.values())):.4f}"
-            theirs = per_seed(runs, PEER, family, b)
-            paired = [mine[k] - theirs[k] for k in mine if k in theirs]
-            if s != PEER and len(paired) > 1 and _se(paired) > 0:
-                cell += f" ({statistics.fmean(paired) / _se(paired):+.1f} se)"
+            against = paired(runs, s, PEER, family, b) if s != PEER else None
+            if against and against[1] > 0:
+                cell += f" ({against[0] / against[1]:+.1f} se)"
             cells.append(cell)
         own = [x for r in runs if r["strategy"] == s and (family is None or r["family"] == family)
                for x in r["sampler_s"]]
