@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -241,7 +242,11 @@ def worker(
         tuner, cfg, notes = studies.join(storage, study, llm=llm, llm_base_url=llm_base_url,
                                          llm_model_path=llm_model_path, isolate=isolate)
         tuner.display, _ = _display(cfg, console, prefix)
-        say(console, f"{prefix}joined study {cfg.study_name()}; " + "; ".join(
+        # The GPUs this worker was pinned to (`tune run --n-workers` on a GPU machine, or the
+        # user's own CUDA_VISIBLE_DEVICES), so a log shows which worker ran where.
+        pinned = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" on GPU{'s' if ',' in pinned else ''} {pinned}" if pinned else ""
+        say(console, f"{prefix}joined study {cfg.study_name()}{where}; " + "; ".join(
             n for n in notes if n.startswith(("strategy", "study "))))
         result = studies.run(tuner, cfg)
     say(console, f"{prefix}stopped: {result.stop_reason}; {plural(result.n_new, 'trial')} "
