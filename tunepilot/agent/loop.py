@@ -206,7 +206,7 @@ class Loop:
             self.decided = Stop.target(self.rules.target, trial=trial.number,
                                        value=result.best_val_loss)
             with self.gate.lock:
-                records.stop(trial.study, self.decided)
+                records.first_target(trial.study, self.decided)
         records.train(storage, trial._trial_id, {
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),

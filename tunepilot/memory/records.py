@@ -206,6 +206,13 @@ def stop(study: optuna.Study, reason: Stop | None) -> None:
     study.set_user_attr(attrs.STOP, None if reason is None else reason.to_record())
 
 
+def first_target(study: optuna.Study, reason: Stop) -> None:
+    """Records the target reached for every worker, unless another worker's trial reached it
+    first: the study names one trial, the first. Called under the study lock."""
+    if study.user_attrs.get(attrs.STOP) is None:
+        stop(study, reason)
+
+
 def last_stop(study: optuna.Study, reason: Stop) -> None:
     """Why the last run ended, for the report."""
     study.set_user_attr(attrs.LAST_STOP, reason.to_record())
