@@ -118,8 +118,8 @@ def test_a_second_trial_at_the_target_does_not_rename_the_first():
 
     study = optuna.create_study()
     first = Stop.target(4.0, trial=1, value=1.14)
-    records.first_target(study, first)
-    records.first_target(study, Stop.target(4.0, trial=3, value=0.5))
+    assert records.first_target(study, first)
+    assert not records.first_target(study, Stop.target(4.0, trial=3, value=0.5))
     assert History.from_study(study).stop == first
     records.stop(study, None)  # a new run starts clean, and its first hit is recorded
     records.first_target(study, Stop.target(4.0, trial=7, value=2.0))

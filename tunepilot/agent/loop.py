@@ -203,10 +203,10 @@ class Loop:
         if self.rules.reached(result.best_val_loss):
             # Before Optuna records the value: from here on no worker's gate admits a trial.
             assert self.rules.target is not None
-            self.decided = Stop.target(self.rules.target, trial=trial.number,
-                                       value=result.best_val_loss)
+            hit = Stop.target(self.rules.target, trial=trial.number, value=result.best_val_loss)
             with self.gate.lock:
-                records.first_target(trial.study, self.decided)
+                if records.first_target(trial.study, hit):
+                    self.decided = hit
         records.train(storage, trial._trial_id, {
             "wall_time_s": round(result.wall_time_s, 3),
             "samples_per_s": result.samples_per_s and round(result.samples_per_s, 1),

@@ -206,11 +206,14 @@ def stop(study: optuna.Study, reason: Stop | None) -> None:
     study.set_user_attr(attrs.STOP, None if reason is None else reason.to_record())
 
 
-def first_target(study: optuna.Study, reason: Stop) -> None:
+def first_target(study: optuna.Study, reason: Stop) -> bool:
     """Records the target reached for every worker, unless another worker's trial reached it
-    first: the study names one trial, the first. Called under the study lock."""
-    if study.user_attrs.get(attrs.STOP) is None:
-        stop(study, reason)
+    first: the study names one trial, the first. Called under the study lock; True if this
+    call recorded it."""
+    if study.user_attrs.get(attrs.STOP) is not None:
+        return False
+    stop(study, reason)
+    return True
 
 
 def last_stop(study: optuna.Study, reason: Stop) -> None:
