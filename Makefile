@@ -37,4 +37,4 @@ bench-env: $(STAMP)
 	$(PY) -m pip install -q --no-deps "HEBO>=0.3.6"
 
 clean:
-	rm -rf $(VENV) tunepilot.db
+	rm -rf $(VENV) tunepilot.db tunepilot-runs

@@ -129,3 +129,11 @@ def run_tune(*args: str, cwd: Path, timeout: float = 300,
     full_env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{cwd}", **(env or {})}
     return subprocess.run([*TUNE, *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def runs_file(cwd: Path, storage: str, study: str, suffix: str) -> Path:
+    """A study's log (".log") or report (".html") as `tune run` in `cwd` writes it for
+    `storage` (tests/test_first_month.py spells the folders out)."""
+    from tunepilot.ui.app import runs_path
+
+    return cwd / runs_path(storage, study, suffix)

@@ -14,7 +14,7 @@ from typing import Any
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
+from tests.conftest import ROOT, TUNE, run_tune, runs_file, toy_workdir
 from tunepilot.memory.text import format_params
 
 TOY = """
@@ -203,14 +203,14 @@ def test_report_and_log_are_written_for_a_run(workdir):
     proc = run_tune("run", "--llm", "none", "--config", "toy.toml", "--trainer", "toy:quadratic",
                     "--storage", "sqlite:///s.db", "--n-trials", "5", cwd=workdir)
     assert proc.returncode == 0, proc.stderr
-    report = workdir / "tunepilot-runs" / "toy-quadratic.html"
+    report = runs_file(workdir, "sqlite:///s.db", "toy-quadratic", ".html")
     html = report.read_text()
     assert "Stopped:</b> budget of 5 trials used" in html
     # History and the configs' parallel plot (one parameter: no importance).
     assert "Optimization history" in html and html.count("data:image/png;base64,") == 2
     assert "Configs of the completed trials" in html
     assert "No LLM was used." in html
-    log = (workdir / "tunepilot-runs" / "toy-quadratic.log").read_text()
+    log = runs_file(workdir, "sqlite:///s.db", "toy-quadratic", ".log").read_text()
     assert log.count("[optuna]") == 5 and "run ends: budget of 5 trials used" in log
     again = run_tune("report", "--storage", "sqlite:///s.db", "-o", "r.html", cwd=workdir)
     assert again.returncode == 0 and (workdir / "r.html").read_text().startswith("<!doctype")
@@ -371,7 +371,8 @@ def test_damaged_storage_is_named_with_advice_that_fits_it(workdir):
     db = (workdir / "tunepilot.db").read_bytes()
     (workdir / "tunepilot.db").write_bytes(db[: len(db) // 3])
     show = run_tune("show", cwd=workdir)
-    assert_refused(show, "The SQLite file tunepilot.db is damaged", ".recover")
+    assert_refused(show, "The SQLite file tunepilot.db is damaged", "It was cut short: ",
+                   "mv tunepilot.db tunepilot.db.damaged")
     assert "mysql" not in show.stderr.lower()
 
 

@@ -15,7 +15,16 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
 
-from tests.conftest import ROOT, TOY_EPOCHS, TUNE, quadratic, run_tune, server_url, toy_workdir
+from tests.conftest import (
+    ROOT,
+    TOY_EPOCHS,
+    TUNE,
+    quadratic,
+    run_tune,
+    runs_file,
+    server_url,
+    toy_workdir,
+)
 from tests.llm_server import ScriptedLLMServer
 from tunepilot import Categorical, Float, SearchSpace, Suggestion, Tuner, trainers
 from tunepilot.memory import History, load_study
@@ -123,10 +132,9 @@ def test_no_secret_reaches_output_logs_reports_the_database_or_ps(workdir, study
     assert "tunepilot worker" in ps or "-m tunepilot" in ps  # the workers were seen
     assert any({k.lower(): v for k, v in h.items()}.get("authorization")
                == "Bearer sk-KEYSECRET3" for h in server.headers)  # the key went where told
-    runs = workdir / "tunepilot-runs"
     texts = {"stdout": out, "stderr": err, "ps": ps,
-             "log": (runs / f"{study_name}.log").read_text(),
-             "report": (runs / f"{study_name}.html").read_text(),
+             "log": runs_file(workdir, url, study_name, ".log").read_text(),
+             "report": runs_file(workdir, url, study_name, ".html").read_text(),
              "database": _dump_database(base)}
     for where, text in texts.items():
         for secret in SECRETS:
@@ -361,8 +369,8 @@ def test_the_same_user_exception_three_times_stops_with_its_rule_and_exit_code(w
     assert done.returncode == 3, done.stdout + done.stderr
     assert "stopped: repeated failure: the last 3 trials failed with the same error" in done.stdout
     assert "KeyError" in done.stdout
-    log = (workdir / "tunepilot-runs" / "toy-broken.log").read_text()
-    report = (workdir / "tunepilot-runs" / "toy-broken.html").read_text()
+    log = runs_file(workdir, "sqlite:///s.db", "toy-broken", ".log").read_text()
+    report = runs_file(workdir, "sqlite:///s.db", "toy-broken", ".html").read_text()
     assert "repeated failure" in log and "repeated failure" in report
 
 
@@ -374,7 +382,7 @@ def test_a_second_process_on_one_sqlite_or_journal_study_is_refused(workdir, url
                              cwd=workdir, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        log = workdir / "tunepilot-runs" / "toy-sleepy.log"
+        log = runs_file(workdir, url, "toy-sleepy", ".log")
         for _ in range(600):  # until the first is running trials
             if log.exists() and "run starts" in log.read_text():
                 break

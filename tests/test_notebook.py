@@ -233,6 +233,10 @@ def test_example_notebook_runs_top_to_bottom(tmp_path):
     text = "\n".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
                      for o in outputs)
     assert "stop reason" in text and "Proposal(trial" in text
+    # No warning of a library the person did not call (tqdm's "IProgress not found", from the
+    # progress bar Optuna imports and tunepilot never shows).
+    warned = [o.get("text", "") for o in outputs if o.get("name") == "stderr"]
+    assert not any("Warning" in w for w in warned), warned
     nbformat.write(notebook, tmp_path / "executed.ipynb")
     out = Path(os.environ.get("TUNEPILOT_NOTEBOOK_OUT", tmp_path)) / "quickstart.executed.ipynb"
     nbformat.write(notebook, out)

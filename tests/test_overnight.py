@@ -10,7 +10,7 @@ import time
 import optuna
 import pytest
 
-from tests.conftest import ROOT, TUNE, run_tune, toy_workdir
+from tests.conftest import ROOT, TUNE, run_tune, runs_file, toy_workdir
 from tunepilot.memory import History, load_study
 
 TOY = """
@@ -110,7 +110,7 @@ def test_kill_9_then_resume_loses_nothing_says_so_and_honours_the_budget(workdir
     assert said in again.stdout
     # The trials done before the kill, not counting the one this run found dead and failed.
     assert f"(resuming: {len(completed)} trials done)" in again.stdout
-    assert said in (workdir / "tunepilot-runs" / "toy-slowish.log").read_text()
+    assert said in runs_file(workdir, url, "toy-slowish", ".log").read_text()
     assert "budget of 8 trials used" in again.stdout
     after = {t.number: t for t in trials(workdir, "toy-slowish", url)}
     assert after[running.number].state.name == "FAIL"  # the interrupted trial

@@ -18,7 +18,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from tests.conftest import ROOT, TUNE, run_tune, server_url, toy_workdir
+from tests.conftest import ROOT, TUNE, run_tune, runs_file, server_url, toy_workdir
 
 TOY = """
 import os, time
@@ -163,7 +163,7 @@ def test_killed_worker_trial_fails_and_is_rerun(workdir, study_name):
     said = (f"trial {killed.number} of another worker went silent for 3 s (killed, or its "
             f"machine lost): marked failed; its config runs again, as trial {retry[0].number}")
     assert any(said in out for out in outputs), outputs
-    assert said in (workdir / "tunepilot-runs" / f"{study_name}.log").read_text()
+    assert said in runs_file(workdir, url, study_name, ".log").read_text()
     # Nothing completed is lost; the killed trial's budget passed to its retry.
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(complete) == 14 and len(trials) == 15

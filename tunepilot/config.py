@@ -61,7 +61,26 @@ def parse_duration(value: Any) -> float | None:
     return float(sum(float(n) * _UNITS[u] for n, u in parts))
 
 
+def duration_words(seconds: float) -> str:
+    """Seconds as a person writes a duration: '2h', '1h30m', '90s' (what `parse_duration`
+    reads back).
+
+    Example:
+        >>> duration_words(5400.0)
+        '1h30m'
+    """
+    if seconds != int(seconds) or seconds <= 0:
+        return f"{seconds:g}s"
+    left, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts)
+
+
 Duration = Annotated[float | None, BeforeValidator(parse_duration)]
+DURATIONS = ("timeout", "trial_timeout")  # the settings of type Duration
 
 
 class TuneConfig(BaseModel):
@@ -204,6 +223,8 @@ class Sources:
                 continue
             value = getattr(cfg, key)
             shown = redact(value) if isinstance(value, str) and "://" in value else value
+            if key in DURATIONS and value is not None:  # as a person writes it: 2h
+                shown = duration_words(value)
             lost = "".join(f"; the {where} says {redact(str(v)) if '://' in str(v) else v}"
                            for where, v in self.overridden.get(key, ()))
             parts.append(f"{key} = {shown} ({self.origin[key]}{lost})")

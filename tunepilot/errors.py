@@ -114,8 +114,36 @@ def describe(e: BaseException) -> dict[str, str]:
     first = text[0].strip() if text else ""
     message = (f"{type(e).__name__}: {first}" if first else type(e).__name__)[:500]
     frames = traceback.extract_tb(e.__traceback__)
-    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    # The place a person fixes: the deepest frame of their own code, not of a library it
+    # called (torch, numpy), of Python's own modules or of tunepilot; the deepest of all where
+    # the whole traceback is a library's.
+    theirs = [f for f in frames if not _library_file(f.filename)] or frames[-1:]
+    where = (f"{_shown_path(theirs[-1].filename)}:{theirs[-1].lineno} in {theirs[-1].name}"
+             if theirs else "")
     return {"kind": error_kind(e), "message": message, "where": where}
+
+
+def _shown_path(filename: str) -> str:
+    """A file as a person opens it from where the run started: relative below the working
+    directory (`bad_train.py`), absolute elsewhere."""
+    import os
+
+    path = os.path.abspath(filename)
+    here = os.getcwd()
+    return os.path.relpath(path, here) if path.startswith(here + os.sep) else path
+
+
+def _library_file(filename: str) -> bool:
+    """Whether `filename` is an installed library's, Python's own, or tunepilot's."""
+    import os
+    import sysconfig
+
+    path = os.path.abspath(filename)
+    if filename.startswith("<") or os.sep + "site-packages" + os.sep in path \
+            or os.sep + "dist-packages" + os.sep in path:
+        return True
+    roots = {sysconfig.get_paths()["stdlib"], os.path.dirname(os.path.abspath(__file__))}
+    return any(path.startswith(os.path.abspath(r) + os.sep) for r in roots)
 
 
 def one_of(options: Iterable[str]) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from tunepilot.agent.calibration_tables import Table, tables
 from tunepilot.llm.models import LLMSettings
 from tunepilot.memory import History, calibrations, trust
-from tunepilot.memory.calibrations import LEVEL, RECALLS, WORSE, WORTH, Calibration
+from tunepilot.memory.calibrations import LEVEL, RECALLS, TOO_FEW, WORSE, WORTH, Calibration
 from tunepilot.memory.text import plural
 
 DEFAULT_TABLES: tuple[str, ...] = ("australian", "car", "credit_g", "segment")
@@ -34,6 +34,9 @@ BUDGET = 20
 TOP = 0.01  # "the top 1%" of a table
 BUDGETS = (5, 10, 20)
 SIGNIFICANT = 2.0  # standard errors
+# Pairs (table x seed) of a variant below which no verdict is given: a standard error from
+# fewer says little, and from one it is not defined.
+MIN_PAIRS = 4
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,11 @@ class Comparison:
     sampler_to_top: float
 
     @property
+    def judgeable(self) -> bool:
+        """Enough pairs for a verdict (`MIN_PAIRS`)."""
+        return self.pairs >= MIN_PAIRS and math.isfinite(self.se)
+
+    @property
     def helps(self) -> bool:
         return self.gain < 0 and abs(self.gain) > SIGNIFICANT * self.se
 
@@ -113,21 +121,27 @@ class Report:
 
 
 def _figures(c: Comparison) -> dict[str, Any]:
-    return {"pairs": c.pairs, "gain": round(c.gain, 4), "se": round(c.se, 4),
+    """A comparison's figures as plain JSON: what is not finite (a standard error from one
+    pair, a top 1% never reached) is null, which every JSON reader takes, not `Infinity`."""
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    return {"pairs": c.pairs, "gain": round(c.gain, 4), "se": finite(round(c.se, 4)),
             "model_rank": c.model_rank, "sampler_rank": c.sampler_rank,
-            "model_to_top": c.model_to_top, "sampler_to_top": c.sampler_to_top}
+            "model_to_top": finite(c.model_to_top), "sampler_to_top": finite(c.sampler_to_top)}
 
 
 def run_table(table: Table, llm: LLMSettings | Any | None, budget: int = BUDGET) -> Run:
     """One search of `table` as `tune run` runs it: the model reviewing the default sampler
     (with its opening and earned share), or, with `llm` None, the sampler alone."""
-    from tunepilot import Tuner, trainers
+    from tunepilot.agent.tuner import Tuner
+    from tunepilot.trainers import callable as plain_trainer
 
     def lookup(config: Any, report: Any) -> float:
         return table.loss({k: config[k] for k in table.space.params})
 
     start = time.perf_counter()
-    tuner = Tuner(trainers.callable(lookup), table.space, llm=llm, task=table.task,
+    tuner = Tuner(plain_trainer(lookup), table.space, llm=llm, task=table.task,
                   metric="loss" if table.disguised else "1 - validation accuracy",
                   storage="sqlite:///:memory:",
                   study=f"calibrate-{table.dataset}-{table.seed}", sampler="auto",
@@ -192,7 +206,9 @@ def compare(runs: Sequence[Run], disguised: bool, budget: int) -> Comparison:
 
 def verdict(published: Comparison, disguised: Comparison) -> str:
     """The verdict from the disguised tables; a model that helps on the published ones and not
-    on their disguised copies recalls them."""
+    on their disguised copies recalls them; none from too few pairs."""
+    if not disguised.judgeable:
+        return TOO_FEW
     if disguised.helps:
         return WORTH
     if published.helps:
@@ -212,11 +228,14 @@ def summarize(report_runs: Sequence[Run], published: Comparison, disguised: Comp
     judged, wins = sum(r.judged for r in mine), sum(r.wins for r in mine)
     won = f"{wins} of its {judged} judged trials beat the sampler's typical trial" if judged \
         else "none of its trials was judged"
+    gain = (f"its searches' log-rank {disguised.gain:+.2f} ± {disguised.se:.2f} against the "
+            "sampler's" if disguised.judgeable else
+            f"{plural(disguised.pairs, 'disguised search')} beside the sampler's, under the "
+            f"{MIN_PAIRS} a verdict needs (more --tasks or --seeds)")
     return (f"{plural(tables_n, 'table')} x {plural(seeds_n, 'seed')}, disguised: top 1% "
             f"{_when(disguised.model_to_top)} against the sampler's "
             f"{_when(disguised.sampler_to_top).removeprefix('by ')} (medians); {won}; "
-            f"its searches' log-rank {disguised.gain:+.2f} ± {disguised.se:.2f} against the "
-            f"sampler's; {said}")
+            f"{gain}; {said}")
 
 
 def calibrate(llm: LLMSettings | Any, *, datasets: Sequence[str] = DEFAULT_TABLES,
@@ -302,18 +321,3 @@ def save(report: Report) -> tuple[Calibration, str]:
 
     calibration = report.calibration(version())
     return calibration, str(calibrations.save(calibration))
-
-
-def calibration_for(model: str, base_url: str | None) -> tuple[Calibration | None, str]:
-    """The kept calibration a run with `model` at `base_url` starts from, and a line that says
-    which (or that there is none, and how to make one)."""
-    from tunepilot.prompts import version
-
-    found, stale = calibrations.find(model, calibrations.endpoint_of(base_url), version())
-    if found is not None:
-        return found, f"{found.line()}; its record starts from it"
-    if stale is not None:
-        return None, (f"calibration of {model} ({stale.date}) was made with other prompts, so "
-                      f"it is not used: `tune calibrate --llm ...` measures it again")
-    return None, (f"no calibration of {model} on this machine: its record starts with none "
-                  "(`tune calibrate` measures a model in minutes)")

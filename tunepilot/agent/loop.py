@@ -17,8 +17,8 @@ from optuna.trial import TrialState
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
+from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
-from tunepilot.memory.store import requeue
 from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
@@ -85,8 +85,8 @@ class Rules:
         if self.llm_token_budget is not None and (tokens := history.llm_tokens()) \
                 >= self.llm_token_budget:
             return Stop.llm_tokens(tokens, self.llm_token_budget)
-        if (message := failing_alike(history)) is not None:
-            return Stop.repeated_failure(message)
+        if (alike := failing_alike(history)) is not None:
+            return Stop.repeated_failure(*alike)
         return None
 
 
@@ -319,10 +319,11 @@ def _trials_since_improvement(history: History, min_delta: float) -> int:
     return len(finished) - 1 - last
 
 
-def failing_alike(history: History) -> str | None:
-    """The error message when the study's last `Stop.REPEATS` finished trials all failed with
-    it (read from the history: a resume or another worker sees the same). Divergence, time-outs
-    and OOM depend on the config, so they never count."""
+def failing_alike(history: History) -> tuple[str, str] | None:
+    """(the error message, where the trainer's code raised it) when the study's last
+    `Stop.REPEATS` finished trials all failed with it (read from the history: a resume or
+    another worker sees the same). Divergence, time-outs and OOM depend on the config, so they
+    never count."""
     last = history.last_finished(Stop.REPEATS)
     # Only exceptions of the trainer's own code: a crash, an OOM, a time-out or a divergence
     # says something about its config, and an interrupt nothing.
@@ -331,7 +332,9 @@ def failing_alike(history: History) -> str | None:
             for t in last):
         return None
     messages = {t.error.get("message", "") for t in last if t.error}
-    return messages.pop() if len(messages) == 1 else None
+    if len(messages) != 1:
+        return None
+    return messages.pop(), str((last[-1].error or {}).get("where") or "")
 
 
 def record_interrupt(study: optuna.Study, e: KeyboardInterrupt, lock: StudyLock) -> str | None:

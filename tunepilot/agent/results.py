@@ -77,13 +77,17 @@ class TuneResult:
     @classmethod
     def of(cls, study_name: str, history: History, fixed: Mapping[str, Any], stop: Stop,
            n_new: int = 0) -> TuneResult:
-        """The study as `history` shows it, stopped by `stop`."""
+        """The study as `history` shows it, stopped by `stop`. The best config is the one its
+        trial ran: its own fixed settings (epochs, seed...) where it recorded them, which a run
+        with changed settings (`--accept-changes --epochs 2`) does not rewrite; `fixed` (this
+        run's) for trials of releases that did not record them."""
         best = history.best_trial
         return cls(
             study_name=study_name,
             stop=stop,
             best_value=best.value if best else None,
-            best_params={**fixed, **best.params} if best else None,
+            best_params={**(fixed if best.fixed is None else best.fixed), **best.params}
+            if best else None,
             best_number=best.number if best else None,
             n_finished=len(history.finished()),
             n_new=n_new,

@@ -26,7 +26,7 @@ from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import TuneResult
 from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
-from tunepilot.errors import ConfigError, Terminated
+from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import choose_study
@@ -93,16 +93,21 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
                           "create`, so its trainer and space are unknown; create it with "
                           "`tune create --storage URL ...` first.")
     _check_llm_endpoint(loaded.study_name, settings.get("llm_base_url"),
-                        overrides.get("llm_base_url"))
+                        overrides.get("llm_base_url"), overrides.get("llm"))
     cfg = TuneConfig.model_validate({**settings, "storage": storage, "study": loaded.study_name,
                                      **{k: v for k, v in overrides.items() if v is not None}})
     tuner, notes = from_config(cfg, display=display, worker=True)
     return tuner, cfg, ([said] if said else []) + notes
 
 
-def _check_llm_endpoint(study: str, stored: str | None, given: str | None) -> None:
+def _check_llm_endpoint(study: str, stored: str | None, given: str | None,
+                        llm: str | None = None) -> None:
     """An API key goes only to a server this process was told about: whoever can write the
-    study's database must not be able to collect every worker's key with a URL of theirs."""
+    study's database must not be able to collect every worker's key with a URL of theirs.
+    A worker told `--llm none` (Optuna alone) or `--llm local` (the embedded model) asks no
+    server, so it sends its key nowhere."""
+    if llm in ("none", "local"):
+        return
     if stored and given is None and os.environ.get("OPENAI_API_KEY"):
         raise ConfigError(
             f"Study {study} names the LLM server {stored}, and this worker has OPENAI_API_KEY "
@@ -150,12 +155,13 @@ def best(storage: str, study: str | None = None) -> tuple[TrialRecord, dict[str,
 class Rerun:
     config: Mapping[str, Any]  # what ran: the trial's config with the fixed settings
     recorded: TrialRecord  # the trial as the study remembers it
-    result: TrainResult  # what it gave now
+    result: TrainResult | None  # what it gave now; None when it failed
+    error: Mapping[str, str] | None = None  # why it failed now ({"kind", "message", "where"})
 
     @property
     def difference(self) -> float | None:
-        """Now minus then, for a trial that completed."""
-        if self.recorded.value is None:
+        """Now minus then, for a trial that completed both times."""
+        if self.recorded.value is None or self.result is None:
             return None
         return self.result.best_val_loss - self.recorded.value
 
@@ -165,7 +171,8 @@ def rerun(storage: str, study: str | None, number: int, *,
           on_epoch: Callable[[int, float], None] | None = None) -> Rerun:
     """Runs trial `number` of a study again with its recorded config and seed (`tune rerun`);
     `on_start(config, recorded)` is told what is about to run, `on_epoch(epoch, val_loss)`
-    sees each epoch."""
+    sees each epoch. A trainer that raises gives a `Rerun` with its `error`, as a trial of a
+    search records it: a failed trial run again to see its error is the command's use too."""
     loaded = load_study(storage, study)
     history = History.from_study(loaded)
     record = next((t for t in history if t.number == number), None)
@@ -186,7 +193,10 @@ def rerun(storage: str, study: str | None, number: int, *,
     config = history.config_of(record)
     if on_start is not None:
         on_start(config, record)
-    return Rerun(config, record, trainer(config, report))
+    try:
+        return Rerun(config, record, trainer(config, report))
+    except Exception as e:  # the trainer's own error (KeyboardInterrupt passes)
+        return Rerun(config, record, None, describe(e))
 
 
 def resume_command(argv: list[str], result: TuneResult, n_trials: int) -> str:

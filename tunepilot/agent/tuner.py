@@ -24,8 +24,9 @@ from tunepilot.errors import ConfigError, Terminated, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
 from tunepilot.memory.calibrations import Calibration
 from tunepilot.memory.lock import OneProcessRun, StudyLock
+from tunepilot.memory.recovery import recover, stale_trial_listener
 from tunepilot.memory.stops import Stop
-from tunepilot.memory.store import recover, stale_trial_listener
+from tunepilot.memory.store import open_existing
 from tunepilot.proposers import samplers
 from tunepilot.proposers.pruners import make_pruner
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
@@ -143,10 +144,12 @@ class Tuner(AskTell):
             self._calibration = calibration
             calibration_line = f"{calibration.line()}; its record starts from it"
         elif self.llm_agent is not None and calibration:
-            from tunepilot.agent.calibrate import calibration_for
+            from tunepilot.memory.calibrations import kept_for
+            from tunepilot.prompts import version
 
-            self._calibration, calibration_line = calibration_for(
-                self.llm_agent.model_name, getattr(self.llm_agent.model, "openai_api_base", None))
+            self._calibration, calibration_line = kept_for(
+                self.llm_agent.model_name, getattr(self.llm_agent.model, "openai_api_base", None),
+                version())
         # Said as a run starts (`take_first_lines`: a caller that prints them itself).
         self.first_lines = [line for line in (self.strategy_note, calibration_line,
                                               sampler_line(sampler, space)
@@ -193,7 +196,7 @@ class Tuner(AskTell):
             >>> t.history().tail()  # doctest: +SKIP
         """
         if isinstance(storage, str):
-            storage = open_storage(storage, heartbeat_s=None)  # a reader beats for no trial
+            storage = open_existing(storage)  # a reader creates no table, beats for no trial
         loaded = load_study(storage, study)
         saved = History.from_study(loaded).settings.get("space")
         if saved:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tunepilot.llm.transport import timed_out
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -67,17 +69,23 @@ class Health:
         self.failures += 1
         self.last = text
         notice = None
+        # A slow model is said as slow (each turn waits one time-out for it, and raising
+        # llm_timeout is the fix), not as unreachable.
+        what = ("LLM too slow: no answer within llm_timeout" if timed_out(error.__cause__)
+                else f"LLM unreachable: {text}")
         if not self.announced:
             self.announced = True
-            notice = (f"LLM unreachable: {text}. Optuna proposes until it answers again; the "
-                      "search goes on")
+            fix = (" (raise llm_timeout for a slow model)" if timed_out(error.__cause__)
+                   else "")
+            notice = (f"{what}{fix}. Optuna proposes until it answers again; the search goes "
+                      "on")
         if self.failures < self.breaker_after:
-            return Failure(f"LLM unreachable: {text}", notice)
+            return Failure(what, notice)
         sit_out = self.next_sit_out
         self.resume_at = self.turns + sit_out + 1
         self.next_sit_out = min(2 * sit_out, self.max_sit_out)
-        return Failure(f"LLM unreachable: {text}; {self.failures} turns in a row, so it sits out "
-                       f"its next {sit_out}", notice)
+        return Failure(f"{what}; {self.failures} turns in a row, so it sits out its next "
+                       f"{sit_out}", notice)
 
     def answered(self) -> str | None:
         """The model answered (valid or not); what to say if that ends an outage."""

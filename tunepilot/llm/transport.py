@@ -26,6 +26,15 @@ def is_transient(e: BaseException | None) -> bool:
     return isinstance(status, int) and (status == 429 or status >= 500)
 
 
+def timed_out(e: BaseException | None) -> bool:
+    """The request ran out of its time-out (`llm_timeout`): the model is slow, not gone. Asking
+    a slow model again costs the same time again, so a turn does not retry it."""
+    import httpx
+    import openai
+
+    return isinstance(e, (openai.APITimeoutError, httpx.TimeoutException, TimeoutError))
+
+
 def retry_after(e: BaseException | None) -> float | None:
     response = getattr(e, "response", None)
     headers = getattr(response, "headers", None)

@@ -7,7 +7,18 @@ Everything is JSON, so any Optuna storage (SQLite, PostgreSQL, MySQL, journal fi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import optuna
+
+
+def whole(study: optuna.Study) -> optuna.Study:
+    """The study itself where Optuna's Hyperband pruner hands samplers a view of one bracket's
+    trials (a `_BracketStudy`, which has no user attrs): tunepilot's records are the whole
+    study's. Any other study is returned as it is."""
+    inner: Any = getattr(study, "_study", None)
+    return inner if inner is not None else study
 
 # Per trial.
 PROPOSER = "proposer"  # who proposed the config: a Proposer

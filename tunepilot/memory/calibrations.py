@@ -33,6 +33,7 @@ WORTH = "worth its turns"
 LEVEL = "level with the sampler: not worth its turns"
 WORSE = "behind the sampler: not worth its turns"
 RECALLS = "recalls the published tables; level on disguised ones"
+TOO_FEW = "too few searches to judge: no verdict, so its record starts with none"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Calibration:
     endpoint: str  # redacted URL; "" for the provider's default endpoint
     prompt_version: str
     date: str
-    verdict: str  # one of WORTH, LEVEL, WORSE, RECALLS (RECALLS may say "behind" instead)
+    verdict: str  # WORTH, LEVEL, WORSE, RECALLS (which may say "behind" instead) or TOO_FEW
     summary: str  # the verdict's sentence with its figures
     wins: int  # its judged trials (on disguised tables) that beat the sampler's typical trial
     judged: int
@@ -58,7 +59,7 @@ class Calibration:
         disguised tables, at most `PRIOR_WEIGHT` trials' worth. A model that did not beat the
         sampler starts with no wins (the floor); one that did, with its rate."""
         n = float(min(self.judged, PRIOR_WEIGHT))
-        if n == 0:
+        if n == 0 or self.verdict == TOO_FEW:  # measured too little to start anywhere
             return 0.0, 0.0
         rate = self.wins / self.judged if self.worth else 0.0
         return rate * n, n
@@ -125,3 +126,17 @@ def _read(path: Path) -> list[dict[str, Any]]:
     except (OSError, json.JSONDecodeError):
         return []  # unreadable: calibrating again writes a good one
     return [d for d in data if isinstance(d, dict)] if isinstance(data, list) else []
+
+
+def kept_for(model: str, base_url: str | None,
+             prompt_version: str) -> tuple[Calibration | None, str]:
+    """The kept calibration a run with `model` at `base_url` (on prompts `prompt_version`)
+    starts from, and a line that says which (or that there is none, and how to make one)."""
+    found, stale = find(model, endpoint_of(base_url), prompt_version)
+    if found is not None:
+        return found, f"{found.line()}; its record starts from it"
+    if stale is not None:
+        return None, (f"calibration of {model} ({stale.date}) was made with other prompts, so "
+                      f"it is not used: `tune calibrate --llm ...` measures it again")
+    return None, (f"no calibration of {model} on this machine: its record starts with none "
+                  "(`tune calibrate` measures a model in minutes)")

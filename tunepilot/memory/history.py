@@ -66,10 +66,17 @@ class TrialRecord:
         (the LLM's rationale, or why the suggester fell back). A rationale that is not a
         sentence is replaced by what kind of proposal it was; the log keeps it as written."""
         if self.error:
-            return f"{self.error.get('kind')}: {self.error.get('message', '')}"
+            return f"{self.error.get('kind')}: {self.error.get('message', '')}{self.where}"
         if self.rationale and readable(self.rationale):
             return self.rationale
         return self.rationale_kind or self.fallback_reason or self.llm_skipped or ""
+
+    @property
+    def where(self) -> str:
+        """" at FILE:LINE in FUNCTION": where the trainer's code raised its error ("" where
+        none was recorded), so a person opens the line to fix."""
+        at = (self.error or {}).get("where") or ""
+        return f" at {at}" if at else ""
 
     @property
     def rationale_kind(self) -> str | None:
@@ -171,7 +178,9 @@ class History(Sequence[TrialRecord]):
 
     @classmethod
     def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
-        """The study's trials (all but trial number `exclude`) and its notes and hints."""
+        """The study's trials (all but trial number `exclude`) and its notes and hints; of the
+        whole study where Hyperband hands a sampler one bracket's view (`attrs.whole`)."""
+        study = attrs.whole(study)
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude]
         user_attrs = study.user_attrs
         notes = user_attrs.get(attrs.NOTES) or {}

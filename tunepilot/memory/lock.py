@@ -7,8 +7,9 @@ budget), and checking a proposed config against the running ones and recording i
 duplicates in flight).
 
 Kinds, by storage:
-    PostgreSQL   pg_advisory_lock on a connection of its own (the server frees it if the
-                 worker dies, so a SIGKILL never leaves the study locked)
+    PostgreSQL   pg_advisory_lock on a connection taken from the storage's pool while the
+                 lock is held, and given back with it (the server frees the lock if the worker
+                 dies, so a SIGKILL never leaves the study locked)
     MySQL        GET_LOCK / RELEASE_LOCK, likewise per connection
     journal file fcntl.flock on FILE.tunepilot-lock (processes of one machine)
     SQLite, in-memory storages: a lock of this process (one process is all they allow)
@@ -71,8 +72,7 @@ class StudyLock:
                     import fcntl
 
                     # Not FILE.lock: Optuna's own journal lock uses that name.
-                    shared.file = open(f"{self._path}.tunepilot-lock", "a")  # noqa: SIM115
-                    fcntl.flock(shared.file, fcntl.LOCK_EX)
+                    shared.file = _locked(f"{self._path}.tunepilot-lock", fcntl.LOCK_EX)
                 # else SQLite or in-memory: one process, the thread lock is the lock
         except BaseException:
             shared.thread.release()
@@ -89,9 +89,15 @@ class StudyLock:
         try:
             if shared.depth == 0:
                 if self._engine is not None:
-                    self._server_release()
+                    try:
+                        self._server_release()
+                    finally:
+                        # Back to the storage's pool: a worker holds no connection for a lock it
+                        # does not hold (its trial trains for minutes; the lock, milliseconds).
+                        shared.conn.close()
+                        shared.conn = None
                 elif shared.file is not None:
-                    shared.file.close()  # closing the descriptor drops the flock
+                    _unlock(shared.file)
                     shared.file = None
         finally:
             shared.thread.release()
@@ -178,32 +184,23 @@ class OneProcessRun:
 
         from tunepilot.errors import ConfigError
 
-        while True:
-            f = open(self.path, "a+")  # noqa: SIM115  # held open for the run
+        try:
+            f = _locked(self.path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.seek(0)
-                holder = f.read().strip() or "another process"
-                f.close()
-                why = ("SQLite allows one writer" if self.kind == "SQLite" else
-                       "a journal file has no heartbeat to tell a killed process's trial from a "
-                       "running one")
-                raise ConfigError(
-                    f"Study {self.study} in {self.database} is being run by {holder}. One "
-                    f"process at a time runs a study there ({why}): wait for that run, stop "
-                    "it, or run several workers on a database server (--storage "
-                    "postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB)."
-                ) from None
-            # A holder that finished removed the file after we opened it: ours is a lock on
-            # nothing. Open the path again.
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(f.fileno()).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            f.close()
+                with open(self.path) as held:
+                    holder = held.read().strip() or "another process"
+            except FileNotFoundError:  # its holder ended this instant
+                holder = "another process"
+            why = ("SQLite allows one writer" if self.kind == "SQLite" else
+                   "a journal file has no heartbeat to tell a killed process's trial from a "
+                   "running one")
+            raise ConfigError(
+                f"Study {self.study} in {self.database} is being run by {holder}. One "
+                f"process at a time runs a study there ({why}): wait for that run, stop "
+                "it, or run several workers on a database server (--storage "
+                "postgresql://USER@HOST/DB or mysql+pymysql://USER@HOST/DB)."
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(f"process {os.getpid()}")
@@ -213,11 +210,39 @@ class OneProcessRun:
     def release(self) -> None:
         """Ends the run: the lock file goes (a clean working directory), then the lock."""
         if self._file is not None:
-            import contextlib
-            import os
-
-            assert self.path is not None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)  # while held: nobody holds a lock on a removed file
-            self._file.close()  # closing drops the lock
+            _unlock(self._file)
             self._file = None
+
+
+def _locked(path: str, flags: int) -> Any:
+    """`path` opened and `fcntl.flock`ed with `flags` (BlockingIOError with LOCK_NB when another
+    process holds it). A holder that finished removes the file (`_unlock`): a lock taken on the
+    file it removed is a lock on nothing, so the path is opened again until the lock is on the
+    file the path names."""
+    import fcntl
+    import os
+
+    while True:
+        f = open(path, "a+")  # noqa: SIM115  # held open while locked
+        try:
+            fcntl.flock(f, flags)
+        except BaseException:
+            f.close()
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(f.fileno()).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+def _unlock(f: Any) -> None:
+    """Removes a lock file `_locked` holds, then drops the lock: no file stays behind a run, and
+    nobody holds a lock on a removed file (see `_locked`)."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(f.name)
+    f.close()  # closing the descriptor drops the flock

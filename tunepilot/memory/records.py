@@ -192,6 +192,7 @@ def design_seed(study: optuna.Study) -> int:
     """The seed of an unseeded study's start-up design (`attrs.DESIGN_SEED`): drawn by the first
     trial that asks, then read by every later trial, a resume and every worker. Two workers
     that ask in the same instant may each draw; both read back the one stored last."""
+    study = attrs.whole(study)
     if study.user_attrs.get(attrs.DESIGN_SEED) is None:
         study.set_user_attr(attrs.DESIGN_SEED, secrets.randbelow(2**32))
     return int(study.user_attrs[attrs.DESIGN_SEED])

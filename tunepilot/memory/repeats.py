@@ -11,15 +11,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from tunepilot.space import Float
 
 if TYPE_CHECKING:
-    from tunepilot.memory.history import TrialRecord
     from tunepilot.space import SearchSpace
+
+
+class HasParams(Protocol):
+    """What the index reads of a trial (a `history.TrialRecord`): its config. A protocol, not
+    the record's type, so this module and `history`, which uses it, do not import each other."""
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+
+T = TypeVar("T", bound=HasParams)
 
 # Two proposals whose floats lie within this share of their range (of the log range for log
 # parameters) are one config: training both would spend a trial to learn nothing. 1% of lr's
@@ -51,11 +61,11 @@ def number_like(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-class ConfigIndex:
+class ConfigIndex(Generic[T]):
     """The trials of a history as columns, to find the first one with a given config by the
     rule of `same_config` (which stays the reference: a test compares the two)."""
 
-    def __init__(self, trials: Sequence[TrialRecord], space: SearchSpace):
+    def __init__(self, trials: Sequence[T], space: SearchSpace):
         self.trials = list(trials)
         self.space = space
         keysets: dict[frozenset[str], int] = {}
@@ -77,7 +87,7 @@ class ConfigIndex:
         return self._columns[name]
 
     def first(self, params: Mapping[str, Any],
-              tolerance: float = REPEAT_TOLERANCE) -> TrialRecord | None:
+              tolerance: float = REPEAT_TOLERANCE) -> T | None:
         keyset = self._keysets.get(frozenset(params))
         if keyset is None:
             return None

@@ -44,6 +44,7 @@ class Stop:
     already: bool = False
     elsewhere: bool = False
     detail: str = ""
+    where: str = ""  # the repeated error's place in the trainer's code: "FILE:LINE in FUNCTION"
 
     REPEATS = 3  # identical errors in a row look like a bug, not a bad config
 
@@ -73,8 +74,8 @@ class Stop:
         return cls(StopKind.LLM_TOKENS, limit=budget, reached=tokens)
 
     @classmethod
-    def repeated_failure(cls, message: str) -> Stop:
-        return cls(StopKind.REPEATED_FAILURE, limit=cls.REPEATS, detail=message)
+    def repeated_failure(cls, message: str, where: str = "") -> Stop:
+        return cls(StopKind.REPEATED_FAILURE, limit=cls.REPEATS, detail=message, where=where)
 
     @classmethod
     def interrupted(cls, sigterm: bool) -> Stop:
@@ -115,9 +116,10 @@ class Stop:
         if k is StopKind.LLM_TOKENS:
             return f"LLM tokens {int(reached or 0):,} reached the budget of {int(limit or 0):,}"
         if k is StopKind.REPEATED_FAILURE:
+            at = f" at {self.where}" if self.where else ""
             return (f"repeated failure: the last {int(limit or 0)} trials failed with the same "
-                    f"error ({self.detail}); this looks like a bug in the trainer. Fix it, then "
-                    "run the same command to resume")
+                    f"error ({self.detail}){at}; this looks like a bug in the trainer. Fix it, "
+                    "then run the same command to resume")
         if k is StopKind.INTERRUPTED:
             return "interrupted (Ctrl-C)"
         if k is StopKind.TERMINATED:

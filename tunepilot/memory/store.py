@@ -10,20 +10,17 @@ URL forms:
 from __future__ import annotations
 
 import warnings
-import weakref
-from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, did_you_mean
+from tunepilot.memory.recovery import _RETRIES, StaleTrial
 from tunepilot.memory.redact import redact
 
 if TYPE_CHECKING:
     import optuna
 
 DEFAULT_STORAGE = "sqlite:///tunepilot.db"
-# How often a killed process's trial runs again, per storage `open_storage` made (else once).
-_RETRIES: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
 
 
@@ -68,9 +65,9 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             file = url.split(":///", 1)[-1]
             raise ConfigError(
                 f"The SQLite file {file} is damaged ({_one_line(e)}): tunepilot reads and "
-                f"writes nothing there. Keep a copy (cp {file} {file}.bak), then recover what "
-                f"it holds into a new file, `sqlite3 {file} .recover | sqlite3 recovered.db`, "
-                "and pass --storage sqlite:///recovered.db; or restore it from a backup."
+                f"writes nothing there. {_sqlite_loss(Path(file))} Restore it from a backup; "
+                f"or keep it aside (mv {file} {file}.damaged) and run the same command again, "
+                "which starts the study anew."
             ) from None
         if isinstance(e, ImportError) or "Failed to import DB access module" in str(e):
             raise ConfigError(
@@ -94,6 +91,27 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
             "the database server is running and the URL (user, host, port, database) is right; "
             "for MySQL use mysql+pymysql://."
         ) from None
+
+
+def _sqlite_loss(path: Path) -> str:
+    """What a damaged SQLite file has lost, plainly: a file cut short (its header declares more
+    pages than it has) lost everything past the cut, and SQLite reads none of what is left (a
+    salvage with `sqlite3 FILE .recover` failed on such a file here, and left an empty one)."""
+    try:
+        with path.open("rb") as f:
+            header = f.read(100)
+        size = path.stat().st_size
+    except OSError:
+        return "It cannot be read at all."
+    if len(header) == 100 and header.startswith(b"SQLite format 3\x00"):
+        page = int.from_bytes(header[16:18], "big")
+        page = 65536 if page == 1 else page
+        declared = page * int.from_bytes(header[28:32], "big")
+        if declared > size:
+            return (f"It was cut short: {size:,} of the {declared:,} bytes it held are there, "
+                    "and what lay past the cut (most of its trials) is lost; SQLite reads none "
+                    "of the rest.")
+    return "Some of its pages are unreadable, and SQLite reads none of the file."
 
 
 # What PostgreSQL and MySQL say when every connection they allow is taken.
@@ -183,7 +201,7 @@ def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> 
     import optuna
 
     if isinstance(storage, str):
-        storage = _open_existing(storage)
+        storage = open_existing(storage)
     name, _ = choose_study(storage, name)
     return optuna.load_study(study_name=name, storage=storage)
 
@@ -197,7 +215,7 @@ def choose_study(storage: str | optuna.storages.BaseStorage,
 
     url = storage if isinstance(storage, str) else None
     if isinstance(storage, str):
-        storage = _open_existing(storage)
+        storage = open_existing(storage)
     summaries = sorted(optuna.get_all_study_summaries(storage, include_best_trial=False),
                        key=lambda s: s._study_id)
     names = [s.study_name for s in summaries]
@@ -209,6 +227,9 @@ def choose_study(storage: str | optuna.storages.BaseStorage,
         others = ", ".join(names[:-1])
         return newest, (f"study {newest} (the newest of {len(names)}{where}; the others: "
                         f"{others}; pick one with --study NAME)")
+    if name is None:  # no studies at all
+        raise ConfigError(f"No tunepilot studies{where} yet. Run `tune run` (or `tune create`) "
+                          "there first, or pass --storage with the URL the search used.")
     if name not in names:
         listing = ", ".join(names) if names else "none"
         hint = did_you_mean(name, names) if name else ""
@@ -219,111 +240,47 @@ def choose_study(storage: str | optuna.storages.BaseStorage,
     return name, None
 
 
-def _open_existing(url: str) -> optuna.storages.BaseStorage:
-    """The storage at `url`, which must exist already (a reader never creates one)."""
+def open_existing(url: str) -> optuna.storages.BaseStorage:
+    """The storage at `url`, which must hold Optuna's tables already: a reader (`tune show`,
+    `best`, `report`, `prompt`, `dashboard`) never creates a file, a table or a row, so a
+    wrong `--storage` leaves an application's database as it was."""
+    if url.startswith("journal:") or url.endswith(".log"):
+        path = Path(url.removeprefix("journal:"))
+        if not path.is_file():
+            raise ConfigError(f"No study journal at {path}. Run `tune run` first, or pass "
+                              "--storage with the URL the search used.")
+        return open_storage(url, heartbeat_s=None)
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         raise ConfigError(
             f"No study database at {url}. Run `tune run` first, or pass --storage with "
             "the URL the search used."
         )
-    return open_storage(url)
+    tables = _tables(url)
+    if tables is not None and "studies" not in tables:
+        held = f" (it holds {', '.join(sorted(tables)[:8])})" if tables else " (it is empty)"
+        raise ConfigError(
+            f"No tunepilot studies in {redact(url)}: it has no Optuna tables{held}, and "
+            "tunepilot wrote nothing there. Pass --storage with the URL the search used, or "
+            "start a search there with `tune run --storage URL`."
+        )
+    return open_storage(url, heartbeat_s=None)  # a reader beats for no trial
 
 
-class StaleTrial:
-    """Runs when a worker finds another worker's trial silent past the grace period (the
-    process was killed, or its machine lost): says so on the study, where `History` finds it
-    (a FAILed trial takes no more attributes), queues the retry if there is one, and tells
-    whoever listens in this process (`listeners`: the running search's terminal and log)."""
+def _tables(url: str) -> set[str] | None:
+    """The table names of the database at `url`, read without writing; None where it cannot
+    be read (`open_storage` then says why: a damaged file, a server that is down)."""
+    import sqlalchemy
 
-    def __init__(self, grace_s: int):
-        self.grace_s = grace_s
-        self.listeners: list[Callable[[str], None]] = []
-
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        from tunepilot.memory import records
-        from tunepilot.memory.lock import StudyLock
-
-        lock = StudyLock(study._storage, study.study_name)
-        try:
-            records.interrupted(study, trial.number, (
-                f"its worker stopped sending heartbeats for {self.grace_s} s (killed, or its "
-                "machine was lost)"), lock)
-        finally:
-            lock.close()
-        again = requeue(study, trial._trial_id)
-        for listen in self.listeners:
-            listen(f"trial {trial.number} of another worker went silent for {self.grace_s} s "
-                   f"(killed, or its machine lost): marked failed; {again}")
-
-
-def stale_trial_listener(storage: Any) -> StaleTrial | None:
-    """The storage's `StaleTrial` callback (None: no heartbeat, or not made by `open_storage`)."""
-    getter = getattr(storage, "get_heartbeat_stale_trial_callback", None)
-    callback = getter() if getter is not None else None
-    return callback if isinstance(callback, StaleTrial) else None
-
-
-def recover(study: optuna.Study, keep: Collection[int] = ()) -> list[str]:
-    """Fails the trials a dead process left RUNNING and queues each config again (as many
-    times as `open_storage`'s `retry_stale` allows), saying so in a line each. Only for a
-    caller that holds the study's `OneProcessRun`: then no other process runs a trial of it,
-    and every RUNNING trial but this process's own (`keep`, and a person's suggest() trials,
-    which no process owns) is dead, however recently it beat."""
-    from optuna.trial import TrialState
-
-    from tunepilot.memory import attrs, records
-
-    storage = study._storage
-    dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number not in keep and not t.user_attrs.get(attrs.ASK_TELL)]
-    if not dead:
-        return []
-    said = []
-    for trial in dead:
-        cause = ("its process stopped mid-trial (killed, or the machine restarted); found "
-                 "by the next run")
-        records.fail(storage, trial._trial_id, "interrupted", cause)
-        again = requeue(study, trial._trial_id)
-        said.append(f"trial {trial.number} was left running by a process that stopped "
-                    f"(killed?): marked failed; {again}")
-    return said
-
-
-# What a retry does not inherit from the trial it repeats: its error, its training record, and
-# what its LLM call cost (counted once, on the trial that paid it).
-_NOT_RETRIED = ("error", "train", "fixed")
-
-
-def requeue(study: optuna.Study, trial_id: int, queued: str = "its config runs again") -> str:
-    """Queues an interrupted trial's config to run again, as often as `open_storage`'s
-    `retry_stale` allows (Optuna's retry record: the copy's `retry_history` names the trial it
-    repeats); what was done, in words, with the copy's number (`queued`: how it runs)."""
-    import optuna
-
-    from tunepilot.memory import attrs
-
-    storage = study._storage
-    failed = storage.get_trial(trial_id)
-    if not failed.params:
-        return "it had no config yet"
-    max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
-    if not max_retry:
-        return "not run again (retry_interrupted = 0)"
-    history = [*failed.system_attrs.get("retry_history", []), failed.number]
-    if len(history) > max_retry:
-        return "not run again (its retries are used up)"
-    user_attrs = {k: v for k, v in failed.user_attrs.items() if k not in _NOT_RETRIED}
-    if isinstance(user_attrs.get(attrs.LLM), dict):
-        user_attrs[attrs.LLM] = {k: v for k, v in user_attrs[attrs.LLM].items()
-                                 if k in ("model", attrs.RATIONALE)}
-    study.add_trial(optuna.create_trial(
-        state=optuna.trial.TrialState.WAITING, params=failed.params,
-        distributions=failed.distributions, user_attrs=user_attrs,
-        system_attrs={**failed.system_attrs, "failed_trial": failed.number,
-                      "retry_history": history}))
-    copy = max(t.number for t in study.get_trials(deepcopy=False)
-               if t.system_attrs.get("failed_trial") == failed.number)
-    return f"{queued}, as trial {copy}"
+    try:
+        engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+    except Exception:
+        return None
+    try:
+        return set(sqlalchemy.inspect(engine).get_table_names())
+    except Exception:  # sqlalchemy raises many kinds; open_storage words each one
+        return None
+    finally:
+        engine.dispose()
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:

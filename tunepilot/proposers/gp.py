@@ -14,7 +14,7 @@ import numpy as np
 from optuna.samplers import GPSampler
 
 from tunepilot.errors import CONFIG_DEPENDENT
-from tunepilot.memory import History
+from tunepilot.memory import History, attrs
 
 if TYPE_CHECKING:
     import optuna
@@ -48,6 +48,10 @@ class GP(GPSampler):
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        # Under Hyperband, Optuna hands samplers one bracket's view of the study, which cannot
+        # be copied; GPSampler reads it through `_get_trials`, which is the whole study's there
+        # too, so the whole study is the same reading.
+        study = attrs.whole(study)
         view = _with_stopped(study)
         if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
             return super().sample_relative(view, trial, search_space)

@@ -26,7 +26,7 @@ import tenacity
 from tunepilot.llm.health import Health
 from tunepilot.llm.models import cost_usd
 from tunepilot.llm.transport import describe_error as _describe
-from tunepilot.llm.transport import is_transient, wait_for
+from tunepilot.llm.transport import is_transient, timed_out, wait_for
 from tunepilot.memory import History, readable
 from tunepilot.memory.compact import compact
 from tunepilot.memory.insights import insights
@@ -273,7 +273,9 @@ class LLMSuggester:
                                             else None))
 
         retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception(is_transient),
+            # A time-out is not asked again within the turn: a slow model answers no faster
+            # the second time, and three waits made one turn cost three time-outs.
+            retry=tenacity.retry_if_exception(lambda e: is_transient(e) and not timed_out(e)),
             # A probe of a model that was failing asks once: an outage costs seconds a turn.
             stop=tenacity.stop_after_attempt(1 if self.health.probing else self.transport_attempts),
             wait=wait_for(self.max_wait_s),

@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tunepilot.memory import History, trust
+from tunepilot.memory.text import plural
 from tunepilot.proposers.suggest import Candidate, Suggester, Suggestion, SuggestionSkipped
 from tunepilot.space import SearchSpace
 
@@ -50,6 +51,7 @@ class Reviewer:
         self.llm = llm
         self.max_override_share = max_override_share
         self.llm_time_share = llm_time_share
+        self._quiet = False  # its share is used up and that was said; until it is asked again
 
     def share(self, history: History) -> float:
         """The share of overrides the model may take now."""
@@ -75,20 +77,51 @@ class Reviewer:
                  candidate: Candidate | None = None) -> Suggestion | None:
         if candidate is None:  # no candidate to review: the sampler proposes as usual
             return None
-        left = self.overrides_left(history)
+        share = self.share(history)
+        left = turns_left(history, share)
         if left <= 0:  # its share of overrides is used up: nothing to ask
+            if not self._quiet and self.llm.notice is not None:
+                self.llm.notice(self.quiet_line(history, share))
+            self._quiet = True
             return None
+        self._quiet = False
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
         return self.llm.review(space, history, candidate, overrides_left=left)
+
+    def quiet_line(self, history: History, share: float) -> str:
+        """Why the model is not asked from this trial on, and when it next will be: said once,
+        where its silence starts."""
+        span = min(len(history) + 1, WINDOW)
+        recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
+        used = sum(1 for t in recent if t.proposer == "llm")
+        why = ("the share you set (max_override_share)" if self.max_override_share is not None
+               else "the share its record earns")
+        nxt = next_turn(history, share)
+        return (f"LLM not asked from trial {len(history)}: its configs ran {used} of the last "
+                f"{plural(span - 1, 'trial')}, all that {why} ({share:.0%}) allows in {span} in "
+                f"a row; the sampler proposes until trial {nxt}, where the model reviews again")
 
 
 def turns_left(history: History, share: float) -> int:
     """The LLM's trials still allowed on the next trial: `share` of the last `WINDOW` trials
     (the next one counted), less the trials its configs ran in there."""
-    span = min(len(history) + 1, WINDOW)
-    recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
-    used = sum(1 for t in recent if t.proposer == "llm")
-    return Reviewer.allowed(span, share) - used
+    return _left([t.proposer for t in history.trials], share)
+
+
+def _left(proposers: list[str | None], share: float) -> int:
+    span = min(len(proposers) + 1, WINDOW)
+    recent = proposers[len(proposers) - (span - 1):] if span > 1 else []
+    return Reviewer.allowed(span, share) - sum(1 for p in recent if p == "llm")
+
+
+def next_turn(history: History, share: float) -> int:
+    """The trial number at which the LLM may next take a turn, if the sampler proposes every
+    trial until then (its share unchanged): its oldest trials must leave the window."""
+    proposers = [t.proposer for t in history.trials]
+    for k in range(1, WINDOW + 1):
+        if _left(proposers + [None] * k, share) > 0:
+            return len(proposers) + k
+    return len(proposers) + WINDOW
 
 
 def earned_turns(suggester: Suggester, *, startup: int = 2,

@@ -197,7 +197,7 @@ class AgentSampler(BaseSampler):
             for name, dist in self.space.distributions().items():
                 if name not in params:
                     params[name] = sampler.sample_independent(study, trial, name, dist)
-            history = history or History.from_study(_whole(study), exclude=trial.number)
+            history = history or History.from_study(attrs.whole(study), exclude=trial.number)
             if attempt == _REDRAWS or history.with_config(params, self.space) is None:
                 break
             if self.redraw_for_trial is not None:  # another seed
@@ -217,7 +217,7 @@ class AgentSampler(BaseSampler):
         accepted; None when the fallback sampler takes the trial."""
         storage = study._storage
         taken = dict(candidate.params) if candidate is not None else None
-        study = _whole(study)
+        study = attrs.whole(study)
         # The trial being proposed is RUNNING with no params yet: leave it out.
         history = History.from_study(study, exclude=trial.number)
         for _ in range(_CLASH_ATTEMPTS):
@@ -294,12 +294,6 @@ class AgentSampler(BaseSampler):
         if self.redraw_for_trial is not None:
             redraw = self.redraw_for_trial
             self.redraw_for_trial = lambda number: redraw(number + offset)
-
-
-def _whole(study: optuna.Study) -> optuna.Study:
-    """The study itself where Optuna's Hyperband hands samplers a view of one bracket's trials
-    (which has no user attrs): repeats and the history are the whole study's."""
-    return getattr(study, "_study", study)
 
 
 def _is_enqueued(trial: FrozenTrial) -> bool:

@@ -26,4 +26,20 @@ def _plot(study: optuna.Study, kind: str) -> Any:
     return plots.plot(study, kind)
 
 
+def _quiet_progress_bars() -> None:
+    """In a Jupyter kernel without ipywidgets, importing Optuna warns "IProgress not found"
+    (its progress bar's `tqdm.auto`, which tunepilot never shows: the notebook display is its
+    own). Optuna is imported here first, under a filter for that one warning; elsewhere there
+    is no kernel, no warning and nothing to import ahead."""
+    import sys
+    import warnings
+
+    if "ipykernel" not in sys.modules or "optuna.progress_bar" in sys.modules:
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import optuna.progress_bar  # noqa: F401
+
+
+_quiet_progress_bars()
 observer.register(auto_display=_auto_display, plot=_plot)

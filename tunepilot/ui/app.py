@@ -54,6 +54,25 @@ def user_errors() -> Iterator[None]:
 
 
 
+def runs_path(storage: str, study: str, suffix: str) -> Path:
+    """Where a study's log (".log") and report (".html") go: `tunepilot-runs/STUDY.log` for the
+    default storage, `tunepilot-runs/STORAGE/STUDY.log` for any other (its URL as a folder
+    name, the password left out), so studies of one name in two storages never share a file.
+
+    Example:
+        >>> str(runs_path("sqlite:///other.db", "s", ".log"))
+        'tunepilot-runs/sqlite-other.db/s.log'
+    """
+    import re
+
+    from tunepilot.memory import redact
+
+    if storage == DEFAULT_STORAGE:
+        return Path(RUNS_DIR) / f"{study}{suffix}"
+    folder = re.sub(r"[^A-Za-z0-9_.@-]+", "-", redact(storage)).strip("-.") or "storage"
+    return Path(RUNS_DIR) / folder[-120:] / f"{study}{suffix}"
+
+
 def new_console() -> Any:
     from rich.console import Console
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from tunepilot.memory.text import plural
 from tunepilot.ui.app import app, new_console, say, user_errors
 
 
@@ -61,8 +62,9 @@ def calibrate(
             datasets = (DATASETS[: int(tasks)] if tasks.isdigit()
                         else tuple(t.strip() for t in tasks.split(",") if t.strip()))
         settings = LLMSettings(llm, llm_base_url, prices=prices, model_path=llm_model_path)
-        say(console, f"calibrating {llm} on {len(datasets)} tables x {seeds} seeds, published "
-            f"and disguised, {trials} trials a search, beside the sampler alone")
+        say(console, f"calibrating {llm} on {plural(len(datasets), 'table')} x "
+            f"{plural(seeds, 'seed')}, published and disguised, {trials} trials a search, "
+            "beside the sampler alone")
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       console=console, transient=True) as progress:
             bar = progress.add_task("searches", total=len(datasets) * seeds * 4)
@@ -99,16 +101,19 @@ def report_lines(report: Any) -> list[str]:
             lines.append(f"{name + ', ' + who:<26}{cells}  "
                          f"{'never' if math.isinf(top) else f'{top:g}'}")
     mine = [r for r in report.runs if r.with_model]
-    over = sum(r.overrides for r in mine)
-    over_won = sum(r.overrides_won for r in mine)
-    judged, wins = sum(r.judged for r in mine), sum(r.wins for r in mine)
     tokens = sum(r.tokens for r in mine)
     usd = [r.usd for r in mine]
     cost = "unknown (no price for this model: --price IN,OUT)" if any(
         u is None for u in usd) else f"${sum(u or 0.0 for u in usd):.4f}"
-    lines.append(f"its trials: {wins} of {judged} judged won ({_share(wins, judged)}); "
-                 f"overrides: {over_won} of {over} won ({_share(over_won, over)}); invalid "
-                 f"answers: {sum(r.invalid for r in mine)}")
+    # Per variant, as the verdict counts them: the disguised tables' are the verdict's.
+    for name, disguised in (("disguised (the verdict's)", True), ("published", False)):
+        runs = [r for r in mine if r.table.disguised == disguised]
+        over, over_won = sum(r.overrides for r in runs), sum(r.overrides_won for r in runs)
+        judged, wins = sum(r.judged for r in runs), sum(r.wins for r in runs)
+        lines.append(f"its trials on the {name} tables: {wins} of {judged} judged won "
+                     f"({_share(wins, judged)}); overrides: {over_won} of {over} won "
+                     f"({_share(over_won, over)}); invalid answers: "
+                     f"{sum(r.invalid for r in runs)}")
     lines.append(f"cost: {tokens:,} tokens, {cost}; wall time {report.seconds:.0f} s")
     if report.stopped:
         lines.append(f"stopped early: {report.stopped}")

@@ -34,7 +34,8 @@ def trial_line(record: TrialRecord, history: History) -> str:
     stopped = stopped_early(record)
     tail = f"  {stopped}" if stopped else ""
     if record.error:
-        tail = f"  {record.error.get('kind')}: {clip(record.error.get('message', ''), 80)}"
+        tail = (f"  {record.error.get('kind')}: {clip(record.error.get('message', ''), 80)}"
+                f"{record.where}")
     duration = seconds(record)
     best_txt = f"best {loss(best.value)} (#{best.number})" if best else "best -"
     who = record.proposer or "?"
@@ -65,7 +66,8 @@ def short_cause(reason: str | None) -> str:
     "lr=50 out of range", "unreachable"); the log and `tune show` keep the whole reason."""
     text = reason or ""
     for start, words in (("LLM sitting out", "sitting out"), ("LLM switched off", "LLM off"),
-                         ("LLM off", "LLM off"), ("LLM unreachable", "unreachable")):
+                         ("LLM off", "LLM off"), ("LLM unreachable", "unreachable"),
+                         ("LLM too slow", "too slow")):
         if text.startswith(start):
             return words
     text = text.split("; last: ", 1)[-1]
@@ -192,10 +194,11 @@ def trials_table(history: History, study: str, limit: int = 30) -> Table:
         table.add_column(col, overflow="fold")
     for t in rows[:limit]:
         value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
-        note = "; ".join(n for n in (t.why, stopped_early(t)) if n)
+        note = "; ".join(n for n in (t.why.removesuffix(t.where), stopped_early(t)) if n)
         cells = (str(t.number), state_label(t), loss(value) if value is not None else "-",
                  t.proposer or "?", seconds(t).strip() or "-",
-                 format_params(t.params, digits=3), clip(note, 60))
+                 format_params(t.params, digits=3),
+                 clip(note, 60) + t.where)  # the place of an error whole: it is what to open
         table.add_row(*(Text(c) for c in cells))
     return table
 
@@ -243,8 +246,10 @@ class PlainDisplay(Observer):
             why = why_line(record) or self._skipped_once(record)
             if why:
                 self.console.print(f"{self.prefix}      {clip(why, 160)}", markup=False)
-            pace = None if self._paced else pace_line(record, self._budget - len(
-                history.finished()))
+            # What the study's budget has left, counted as the loop counts it (a killed
+            # trial's queued retry takes its place, not a slot of its own).
+            left = self._budget - history.budget_used()
+            pace = None if self._paced else pace_line(record, left)
             if pace:
                 self._paced = True
                 self.console.print(f"{self.prefix}{pace}", markup=False)
@@ -268,7 +273,8 @@ class PlainDisplay(Observer):
         if running != self._waiting_for:  # once per change, not per poll
             self._waiting_for = running
             self.console.print(f"{self.prefix}budget taken; waiting for running trials "
-                               f"{', '.join(f'#{n}' for n in running)} (a killed one is re-run)",
+                               f"{', '.join(f'#{n}' for n in running)} (if one's worker "
+                               "dies, its trial runs again here)",
                                markup=False)
 
 

@@ -118,8 +118,9 @@ def _failures(history: History) -> list[list[Any]]:
     kinds = collections.Counter((t.error or {}).get("kind", "?") for t in history.failures())
     examples: dict[str, str] = {}
     for t in history.failures():
-        examples.setdefault((t.error or {}).get("kind", "?"), (t.error or {}).get("message", ""))
-    return [[k, n, examples[k][:120]] for k, n in kinds.items()]
+        examples.setdefault((t.error or {}).get("kind", "?"),
+                            (t.error or {}).get("message", "")[:120] + t.where)
+    return [[k, n, examples[k]] for k, n in kinds.items()]
 
 
 def _png(fig: Any) -> str:

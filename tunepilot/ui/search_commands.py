@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,12 +19,12 @@ from tunepilot.ui.app import (
     EXIT_INTERRUPTED,
     EXIT_REPEATED_FAILURE,
     EXIT_TERMINATED,
-    RUNS_DIR,
     ConfigFile,
     Storage,
     Study,
     app,
     new_console,
+    runs_path,
     say,
     user_errors,
 )
@@ -152,31 +154,47 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None 
     with user_errors():
         cfg, sources = read_config(config, **options)
         display, log = _display(cfg, console)
-        if (settings := sources.line(cfg)) is not None:
-            display.say(settings)
-        if create_only:
-            tuner, notes = studies.create(cfg, display)
-        else:
-            if pooled:
-                studies.check_shared(cfg.storage, "--n-workers")
-            from tunepilot.agent.build import from_config
+        with _logged(log):
+            if (settings := sources.line(cfg)) is not None:
+                display.say(settings)
+            if create_only:
+                tuner, notes = studies.create(cfg, display)
+            else:
+                if pooled:
+                    studies.check_shared(cfg.storage, "--n-workers")
+                from tunepilot.agent.build import from_config
 
-            tuner, notes = from_config(cfg, display=display)
-        for line in notes:
-            display.say(line)
-        display.say(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
-        if create_only:
-            say(console, "study created; start workers (on any machine that reaches the "
-                "database) with:\n  " + studies.worker_command(cfg))
-            return
-        if pooled:
-            how_many = f"{n_workers} workers" if n_workers else "one worker per GPU group"
-            say(console, f"starting {how_many}; on other machines more can join with:\n  "
-                f"{studies.worker_command(cfg)}")
-            result = studies.run_workers(tuner, cfg, n_workers, gpus_per_trial=gpus_per_trial)
-        else:
-            result = studies.run(tuner, cfg)
+                tuner, notes = from_config(cfg, display=display)
+            for line in notes:
+                display.say(line)
+            display.say(f"storage: {redact(cfg.storage)}  study: {cfg.study_name()}")
+            if create_only:
+                say(console, "study created; start workers (on any machine that reaches the "
+                    "database) with:\n  " + studies.worker_command(cfg))
+                return
+            if pooled:
+                how_many = f"{n_workers} workers" if n_workers else "one worker per GPU group"
+                say(console, f"starting {how_many}; on other machines more can join with:\n  "
+                    f"{studies.worker_command(cfg)}")
+                result = studies.run_workers(tuner, cfg, n_workers,
+                                             gpus_per_trial=gpus_per_trial)
+            else:
+                result = studies.run(tuner, cfg)
     _finish(console, tuner, cfg, result, log)
+
+
+@contextlib.contextmanager
+def _logged(log: Path) -> Iterator[None]:
+    """Bad input found once the run's log is open goes into the log too, after its settings
+    line: a log that ends in its settings says nothing of why the run did not start."""
+    from tunepilot.errors import ConfigError
+    from tunepilot.ui.display import FileLog
+
+    try:
+        yield
+    except ConfigError as e:
+        FileLog(log).say(f"error (nothing ran): {e}")
+        raise
 
 
 def _display(cfg: Any, console: Any, prefix: str = "") -> tuple[Any, Path]:
@@ -190,7 +208,7 @@ def _display(cfg: Any, console: Any, prefix: str = "") -> tuple[Any, Path]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     from tunepilot.ui.trackers import trackers
 
-    log = Path(RUNS_DIR) / f"{cfg.study_name()}.log"
+    log = runs_path(cfg.storage, cfg.study_name(), ".log")
     shown = PlainDisplay(console, prefix) if prefix else console_display(console)
     return Tee(shown, FileLog(log), *trackers(cfg.track, cfg.study_name())), log
 
@@ -200,7 +218,7 @@ def _finish(console: Any, tuner: Any, cfg: Any, result: Any, log: Path) -> None:
     from tunepilot.ui.display import summary_lines
     from tunepilot.ui.report import write_report
 
-    report = write_report(tuner.study, Path(RUNS_DIR) / f"{cfg.study_name()}.html")
+    report = write_report(tuner.study, runs_path(cfg.storage, cfg.study_name(), ".html"))
     for line in summary_lines(result):
         say(console, line)
     say(console, f"to resume: {resume_command(sys.argv[1:], result, cfg.n_trials)}")

@@ -10,12 +10,12 @@ import typer
 
 from tunepilot.errors import ConfigError
 from tunepilot.ui.app import (
-    RUNS_DIR,
     ConfigFile,
     Storage,
     Study,
     app,
     new_console,
+    runs_path,
     say,
     user_errors,
 )
@@ -29,7 +29,8 @@ def dashboard(
 ) -> None:
     """Open optuna-dashboard on the studies of a storage: each trial's params, curve, who
     proposed it and the agent's rationale (user attrs `proposer`, `rationale`)."""
-    from tunepilot.memory import open_storage, redact
+    from tunepilot.memory import redact
+    from tunepilot.memory.store import open_existing
 
     with user_errors():
         try:
@@ -40,7 +41,7 @@ def dashboard(
         from tunepilot.config import load_config
 
         url = load_config(storage=storage).storage  # the flag, TUNEPILOT_STORAGE, the default
-        opened = open_storage(url, heartbeat_s=None)  # a reader beats for no trial
+        opened = open_existing(url)  # a reader creates no table
     typer.echo(f"optuna-dashboard on {redact(url)}: http://{host}:{port}/ (Ctrl-C stops it)")
     run_server(opened, host=host, port=port)
 
@@ -121,15 +122,17 @@ def report(
     study: Study = None,
     config: ConfigFile = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", help="HTML file [default: tunepilot-runs/STUDY.html]")] = None,
+        "--output", "-o", help="HTML file [default: tunepilot-runs/STUDY.html; for another "
+        "storage than the default, tunepilot-runs/STORAGE/STUDY.html]")] = None,
 ) -> None:
     """Write a study's report: best config, history, importance, curves, LLM use, failures."""
     from tunepilot.memory import load_study
     from tunepilot.ui.report import write_report
 
     with user_errors():
-        study_obj = load_study(*_where(storage, study, config))
-    path = write_report(study_obj, output or Path(RUNS_DIR) / f"{study_obj.study_name}.html")
+        url, name = _where(storage, study, config)
+        study_obj = load_study(url, name)
+    path = write_report(study_obj, output or runs_path(url, study_obj.study_name, ".html"))
     typer.echo(f"report: {path}")
 
 
@@ -147,18 +150,40 @@ def rerun(
         typer.echo(f"  epoch {epoch}: {val_loss:.6f}")
 
     def start(run_config: Any, record: Any) -> None:
-        train = record.train
         typer.echo(f"trial {trial}: {json.dumps(dict(run_config))}")
-        typer.echo(f"recorded: {record.state}, value {record.value}, curve "
-                   f"{[round(v, 6) for v in record.curve]}, on {train.device if train else '?'} "
-                   f"with {dict(train.versions) if train else '?'}")
+        typer.echo(f"recorded: {recorded_words(record)}")
 
     with user_errors():
         again = studies.rerun(*_where(storage, study, config), trial, on_start=start,
                               on_epoch=show)
+    if again.result is None:
+        error = again.error or {}
+        at = f" at {error['where']}" if error.get("where") else ""
+        typer.echo(f"now: failed, {error.get('kind')}: {error.get('message')}{at}")
+        raise typer.Exit(1)
     typer.echo(f"now: value {again.result.best_val_loss:.6f}")
     if again.difference is not None:
         typer.echo(f"difference: {again.difference:+.2e}")
+
+
+def recorded_words(record: Any) -> str:
+    """A trial as the study recorded it, for `tune rerun`: its state and value or error, its
+    curve, and where it ran (what was recorded of that, no "?" for what was not)."""
+    if record.state == "fail":
+        error = record.error or {}
+        what = f"failed, {error.get('kind', 'error')}: {error.get('message', '')}{record.where}"
+    else:
+        value = f", value {record.value:.6g}" if record.value is not None else ""
+        what = f"{record.state}{value}"
+    parts = [what]
+    if record.curve:
+        parts.append(f"curve {[round(v, 6) for v in record.curve]}")
+    train = record.train
+    if train is not None and train.device:
+        parts.append(f"on {train.device}")
+    if train is not None and train.versions:
+        parts.append(f"with {dict(train.versions)}")
+    return "; ".join(parts)
 
 
 def _where(storage: str | None, study: str | None, config: Path | None) -> tuple[str, str]:
