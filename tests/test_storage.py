@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tests.conftest import quadratic
 from tunepilot import Float, SearchSpace, Tuner, trainers
 from tunepilot.memory import History, attrs, load_study
@@ -95,8 +97,8 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
     import optuna
     import pytest
 
-    from tunepilot.errors import ConfigError
-    from tunepilot.memory import store
+    from tunepilot.errors import StorageUnavailable
+    from tunepilot.memory import outage, store
 
     def full(url: str, beat: object) -> None:
         try:
@@ -107,8 +109,14 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
                 "An exception is raised during the commit.") from e
 
     monkeypatch.setattr(store, "_rdb_storage", full)
-    with pytest.raises(ConfigError) as said:
-        store.open_storage("postgresql://me:s3cret@127.0.0.1:5432/tune")
+    heard: list[str] = []
+    monkeypatch.setattr(outage, "ANNOUNCE", [heard.append])
+    start = time.monotonic()
+    with pytest.raises(StorageUnavailable) as said:  # waited for, then given up on
+        store.open_storage("postgresql://me:s3cret@127.0.0.1:5432/tune", outage_s=1.0)
+    assert 1.0 <= time.monotonic() - start < 10
     text = str(said.value)
-    assert "has no connection left" in text and "too many clients" in text
+    assert "past the 1 s this worker waits" in text and "too many clients" in text
     assert "max_connections" in text and "s3cret" not in text
+    assert len(heard) == 1 and heard[0].startswith("database unreachable (")
+    assert "too many clients" in heard[0] and "retrying for up to 1 s" in heard[0]

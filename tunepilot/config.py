@@ -80,7 +80,7 @@ def duration_words(seconds: float) -> str:
 
 
 Duration = Annotated[float | None, BeforeValidator(parse_duration)]
-DURATIONS = ("timeout", "trial_timeout")  # the settings of type Duration
+DURATIONS = ("timeout", "trial_timeout", "outage")  # the settings of type Duration
 
 
 class TuneConfig(BaseModel):
@@ -127,6 +127,9 @@ class TuneConfig(BaseModel):
     storage: str = DEFAULT_STORAGE
     heartbeat: int = Field(10, ge=0)  # seconds; a trial silent for 3x this is FAILed (0: off)
     retry_interrupted: int = Field(1, ge=0)  # re-run an interrupted or killed trial this often
+    # How long a worker rides out a database server that went away (a restart, a fail-over, a
+    # full server) before it exits: its running trial goes on, its storage calls wait
+    outage: Duration = 300.0
     study: str | None = None  # default: derived from trainer and data, so a rerun resumes
     n_trials: int = Field(20, ge=1)  # the study's total budget, not per run
     timeout: Duration = None  # wall-time budget of the study (its trials' time), in seconds

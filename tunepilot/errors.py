@@ -95,6 +95,10 @@ def is_out_of_memory(e: BaseException) -> bool:
                                             or "out of memory" in text.lower())
 
 
+class StorageUnavailable(TuneError):
+    """The database server stayed unreachable past the outage limit (`memory.outage`)."""
+
+
 def error_kind(e: BaseException) -> str:
     """The recorded kind of a trial's exception (see `ERROR_KINDS`)."""
     if isinstance(e, TrialFailed):

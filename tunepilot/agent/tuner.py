@@ -24,6 +24,7 @@ from tunepilot.errors import ConfigError, Terminated, TuneError
 from tunepilot.memory import DEFAULT_STORAGE, History, load_study, open_storage, open_study, records
 from tunepilot.memory.calibrations import Calibration
 from tunepilot.memory.lock import OneProcessRun, StudyLock
+from tunepilot.memory.outage import heard_by
 from tunepilot.memory.recovery import recover, stale_trial_listener
 from tunepilot.memory.stops import Stop
 from tunepilot.memory.store import open_existing
@@ -310,11 +311,13 @@ class Tuner(AskTell):
             stale.listeners.append(self.display.notice)
         try:  # holding it, a trial RUNNING from before is a dead process's: say so, run again
             # The study as the run finds it ("resuming: 2 trials done"), before the trials a
-            # dead process left are failed here (each said in a line of its own).
-            found = History.from_study(self.study)
-            dead = recover(self.study, self._open) if one_process.path else []
-            return self._run(n_trials, target, timeout, patience, min_delta, llm_budget_usd,
-                             llm_token_budget, dead, found)
+            # dead process left are failed here (each said in a line of its own). A database
+            # server that goes away and comes back is said where the run is watched.
+            with heard_by(self.storage, self.display.notice):
+                found = History.from_study(self.study)
+                dead = recover(self.study, self._open) if one_process.path else []
+                return self._run(n_trials, target, timeout, patience, min_delta,
+                                 llm_budget_usd, llm_token_budget, dead, found)
         finally:
             one_process.release()
             if stale is not None:

@@ -57,6 +57,8 @@ class StudyLock:
         self._dialect = engine.dialect.name if engine is not None else None
         self._engine = engine if self._dialect in ("postgresql", "mysql", "mariadb") else None
         self._path = _journal_path(storage)
+        # A database server's outage, ridden through by the lock's own calls too.
+        self._outage = getattr(storage, "outage", None)
         where: Any = (str(self._engine.url) if self._engine is not None else self._path)
         with _SHARED_GUARD:
             self._shared = _SHARED.setdefault((where, study_name), _Shared())
@@ -67,7 +69,10 @@ class StudyLock:
         try:
             if shared.depth == 0:
                 if self._engine is not None:
-                    self._server_acquire()
+                    if self._outage is not None:
+                        self._outage.call(self._server_acquire)
+                    else:
+                        self._server_acquire()
                 elif self._path is not None:
                     import fcntl
 
@@ -91,6 +96,10 @@ class StudyLock:
                 if self._engine is not None:
                     try:
                         self._server_release()
+                    except Exception as e:
+                        # A server that restarted holds no lock of a connection it dropped.
+                        if not _connection_lost(e):
+                            raise
                     finally:
                         # Back to the storage's pool: a worker holds no connection for a lock it
                         # does not hold (its trial trains for minutes; the lock, milliseconds).
@@ -117,11 +126,16 @@ class StudyLock:
             assert self._engine is not None
             # Autocommit: the lock belongs to the session, not to a transaction left open.
             shared.conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        if self._dialect == "postgresql":
-            shared.conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
-            return
-        got = shared.conn.execute(text("SELECT GET_LOCK(:n, :t)"),
-                                  {"n": self._mysql_name, "t": _WAIT_S}).scalar()
+        try:
+            if self._dialect == "postgresql":
+                shared.conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+                return
+            got = shared.conn.execute(text("SELECT GET_LOCK(:n, :t)"),
+                                      {"n": self._mysql_name, "t": _WAIT_S}).scalar()
+        except Exception:  # a connection the server dropped: a new one on the next try
+            shared.conn.close()
+            shared.conn = None
+            raise
         if got != 1:
             raise TimeoutError(f"the lock of study {self.name!r} was not free within {_WAIT_S} s")
 
@@ -246,3 +260,9 @@ def _unlock(f: Any) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(f.name)
     f.close()  # closing the descriptor drops the flock
+
+
+def _connection_lost(e: BaseException) -> bool:
+    from tunepilot.memory.outage import connection_lost
+
+    return connection_lost(e)

@@ -39,9 +39,13 @@ def set_trial_user_attrs(storage: Any, trial_id: int, values: Mapping[str, Any])
         for key, value in values.items():
             storage.set_trial_user_attr(trial_id, key, value)
         return
-    with _create_scoped_session(backend.scoped_session, True) as session:
-        for key, value in values.items():
-            write(session, models.TrialUserAttributeModel, trial_id, key, value)
+    def batch() -> None:
+        with _create_scoped_session(backend.scoped_session, True) as session:
+            for key, value in values.items():
+                write(session, models.TrialUserAttributeModel, trial_id, key, value)
+
+    outage = getattr(storage, "outage", None)  # a server's storage rides out its outages
+    batch() if outage is None else outage.call(batch)
 
 
 # Per trial ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tunepilot.errors import ConfigError, did_you_mean
+from tunepilot.errors import ConfigError, StorageUnavailable, did_you_mean
 from tunepilot.memory.recovery import _RETRIES, StaleTrial
 from tunepilot.memory.redact import redact
 
@@ -24,14 +24,20 @@ DEFAULT_STORAGE = "sqlite:///tunepilot.db"
 _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle", "mssql")
 
 
-def open_storage(url: str, *, heartbeat_s: int | None = 10,
-                 retry_stale: int = 1) -> optuna.storages.BaseStorage:
+def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1,
+                 outage_s: float | None = None) -> optuna.storages.BaseStorage:
     """An Optuna storage for `url`; raises `ConfigError` with the accepted forms.
 
     Database storages get a heartbeat: a running trial whose process died (kill -9, a lost
     machine) is marked FAIL once its heartbeat is 3 x `heartbeat_s` old, and re-queued up to
     `retry_stale` times with the same config. The journal file storage has no heartbeat: one
     process at a time runs a study there, which finds a killed run's trial (`recover`).
+
+    On a database server (PostgreSQL, MySQL) the storage holds no connection between its calls
+    (a trial trains for minutes, its storage calls take milliseconds: 64 workers fit a stock
+    server's 100), and every call rides out an outage of up to `outage_s` seconds
+    (`outage.Riding`; default `outage.OUTAGE_S`). A server with no connection left when the
+    storage is opened is waited for the same way.
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend
@@ -57,9 +63,13 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10,
         beat = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s,
                 "heartbeat_stale_trial_callback": StaleTrial(3 * heartbeat_s)}
     try:
-        storage = _rdb_storage(url, beat)
-        _RETRIES[storage] = retry_stale
-        return storage
+        if url.startswith("sqlite"):
+            storage = _rdb_storage(url, beat)
+            _RETRIES[storage] = retry_stale
+            return storage
+        return _on_server(url, beat, retry_stale, outage_s)
+    except StorageUnavailable:  # a full server, waited for past the outage limit
+        raise
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
         if url.startswith("sqlite") and any(m in str(e) for m in _SQLITE_DAMAGED):
             file = url.split(":///", 1)[-1]
@@ -283,11 +293,37 @@ def _tables(url: str) -> set[str] | None:
         engine.dispose()
 
 
+def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
+               outage_s: float | None) -> optuna.storages.BaseStorage:
+    """A database server's storage: Optuna's RDB storage and its cache, each call ridden
+    through outages; opened once the server has a connection to give."""
+    from optuna.storages._cached_storage import _CachedStorage
+
+    from tunepilot.memory.outage import OUTAGE_S, Outage, server_full
+    from tunepilot.memory.riding import Riding
+
+    outage = Outage(OUTAGE_S if outage_s is None else outage_s)
+    rdb = outage.call(_rdb_storage, url, beat, retry_if=server_full)
+    _RETRIES[rdb] = retry_stale
+    # Its calls are added after the class from Optuna's protocols, which mypy cannot see.
+    return Riding(_CachedStorage(rdb), outage)  # type: ignore[abstract]
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
-    return {"pool_pre_ping": True}
+    # No pool: a connection per storage call, closed after it (a few milliseconds on a local
+    # network). A pooled one sat open through every trial's training, five a worker with
+    # Optuna's default pool, and 20 workers filled a stock PostgreSQL
+    # (bench/README.md#several-workers).
+    from sqlalchemy.pool import NullPool
+
+    kwargs: dict[str, Any] = {"poolclass": NullPool}
+    if url.startswith(("postgresql", "postgres")):
+        # Seen in pg_stat_activity, so a person can count a night's workers there.
+        kwargs["connect_args"] = {"application_name": "tunepilot"}
+    return kwargs
 
 
 def _url_hint(url: str) -> str:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tunepilot.errors import ConfigError
+from tunepilot.errors import ConfigError, StorageUnavailable
 from tunepilot.memory.store import DEFAULT_STORAGE
 
 app = typer.Typer(
@@ -33,6 +33,7 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
 EXIT_REPEATED_FAILURE = 3  # the same error again and again: the trainer looks broken
+EXIT_STORAGE_GONE = 4  # the database server stayed away past the outage limit
 
 # Every command reads the storage URL from TUNEPILOT_STORAGE too (a password in argv shows in
 # ps): the config layer reads it, between the file and the flags (config.ENVIRONMENT).
@@ -45,12 +46,16 @@ ConfigFile = Annotated[Path | None, typer.Option("--config", "-c",
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Bad input: one paragraph on stderr, exit code 2, no traceback."""
+    """Bad input: one paragraph on stderr, exit code 2, no traceback; a database that stayed
+    away past its outage limit likewise, exit code 4."""
     try:
         yield
     except ConfigError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    except StorageUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_STORAGE_GONE) from None
 
 
 

@@ -1,7 +1,8 @@
 """`tune`: a thin command line over `Tuner`.
 
 Exit codes: 0 the search ended by its own rules (target or budget), 2 bad input, 3 the same
-error again and again (a broken trainer), 130 Ctrl-C, 143 SIGTERM.
+error again and again (a broken trainer), 4 the database stayed away past the outage limit,
+130 Ctrl-C, 143 SIGTERM.
 Only typer and pydantic load at start-up; torch, Lightning, JAX and Optuna load when a command
 needs them, so `tune --help` stays fast.
 """
@@ -31,6 +32,11 @@ def _version(value: bool) -> None:
 def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                           help="Print tunepilot's version and exit")) -> None:
     """tunepilot: an LLM-driven hyperparameter tuning agent."""
+    from tunepilot.memory import outage
+
+    # A database server that goes away (or is full) before a run's display is up: said on
+    # stderr as it happens, while the command waits for it.
+    outage.ANNOUNCE[:] = [lambda text: typer.echo(f"! {text}", err=True)]
 
 
 def main() -> None:

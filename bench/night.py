@@ -1,0 +1,174 @@
+"""Many workers on one PostgreSQL: tunepilot's `tune worker`s beside plain Optuna workers, on a
+server of the bench's own (`tests/pg_server.py`: `max_connections` as a stock install has it,
+nothing else connected), in the same run.
+
+Each trial sleeps 2-3 s and uses no CPU, so only the coordination is measured. A row: N workers
+share 2 x N trials; wall time from the first worker's start to the last one's exit (process
+start-up included: `--startup` prints each worker's seconds from its start to its first
+trial), the ideal (two trials of 3 s), the peak of the server's client connections (polled
+every 20 ms), and the workers that exited with an error. `--restart S` stops the server S
+seconds after a third of the trials are done and starts it again after `--down` seconds.
+
+    python bench/night.py --workers 4,16,64
+    python bench/night.py --workers 8 --restart 3 --down 30 --only tunepilot
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import sqlalchemy
+from sqlalchemy.pool import NullPool
+
+from tests.pg_server import ThrowawayPostgres
+
+TOY = '''
+import random, time
+
+def sleepy(config, report):
+    time.sleep(2.0 + random.random())
+    return (config["x"] - 2.0) ** 2
+'''
+
+PLAIN = '''
+import random, sys, time
+import optuna
+from optuna.study import MaxTrialsCallback
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+url, name, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+study = optuna.load_study(study_name=name, storage=url)
+print("first trial at", time.time(), flush=True)
+
+def objective(trial):
+    x = trial.suggest_float("x", -10.0, 10.0)
+    time.sleep(2.0 + random.random())
+    return (x - 2.0) ** 2
+
+study.optimize(objective, callbacks=[MaxTrialsCallback(total, states=None)])
+'''
+
+
+class Peak:
+    """The server's client connections, polled: their peak (the poller's own left out)."""
+
+    def __init__(self, url: str):
+        self.engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        query = sqlalchemy.text("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE backend_type = 'client backend'")
+        while not self._stop.is_set():
+            try:
+                with self.engine.connect() as db:
+                    self.peak = max(self.peak, int(db.execute(query).scalar() or 0) - 1)
+            except sqlalchemy.exc.OperationalError:  # full, or down: the workers' business
+                pass
+            time.sleep(0.02)
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def completed(url: str, study: str) -> int:
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as db:
+            return int(db.execute(sqlalchemy.text(
+                "SELECT count(*) FROM trials t JOIN studies s ON s.study_id = t.study_id "
+                "WHERE s.study_name = :n AND t.state = 'COMPLETE'"), {"n": study}).scalar() or 0)
+    except sqlalchemy.exc.SQLAlchemyError:
+        return 0
+    finally:
+        engine.dispose()
+
+
+def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | None,
+        down: float) -> dict[str, object]:
+    study = f"{kind}-{n}"
+    total = 2 * n
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{work}"}
+    if kind == "tunepilot":
+        subprocess.run([sys.executable, "-m", "tunepilot", "create", "--trainer", "toy:sleepy",
+                        "--config", "toy.toml", "--llm", "none", "--pruner", "none",
+                        "--storage", pg.url, "--study", study, "--n-trials", str(total)],
+                       cwd=work, env=env, check=True, capture_output=True)
+        argv = [[sys.executable, "-m", "tunepilot", "worker", "--storage", pg.url, "--study",
+                 study, "--name", f"w{i}"] for i in range(n)]
+    else:
+        import optuna
+
+        optuna.create_study(study_name=study, storage=pg.url)
+        argv = [[sys.executable, str(work / "plain.py"), pg.url, study, str(total)]
+                for _ in range(n)]
+    start = time.time()
+    with Peak(pg.url) as peak:
+        procs = [subprocess.Popen(a, cwd=work, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True) for a in argv]
+        if restart is not None:
+            while completed(pg.url, study) < total // 3:
+                time.sleep(0.2)
+            time.sleep(restart)
+            pg.stop("fast")
+            time.sleep(down)
+            pg.start()
+        outs = [p.communicate()[0] for p in procs]
+    wall = time.time() - start
+    failed = [o for p, o in zip(procs, outs, strict=True) if p.returncode != 0]
+    return {"kind": kind, "n": n, "wall": wall, "peak": peak.peak, "failed": len(failed),
+            "why": failed[0].strip().splitlines()[-1][:160] if failed else "",
+            "done": completed(pg.url, study), "total": total, "outs": outs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="4,16,64")
+    parser.add_argument("--only", choices=("tunepilot", "optuna"))
+    parser.add_argument("--max-connections", type=int, default=100)
+    parser.add_argument("--restart", type=float, help="stop the server this many seconds "
+                        "after a third of the trials are done")
+    parser.add_argument("--down", type=float, default=30.0)
+    parser.add_argument("--show", type=int, default=0, help="print the first N workers' output")
+    args = parser.parse_args()
+    kinds = [args.only] if args.only else ["tunepilot", "optuna"]
+    print(f"# night bench {time.strftime('%Y-%m-%d %H:%M')}: PostgreSQL max_connections "
+          f"{args.max_connections}; trials sleep 2-3 s", flush=True)
+    print("| workers | trials | | wall s | ideal s | peak connections | failed | complete |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp, \
+            ThrowawayPostgres(args.max_connections) as pg:
+        work = Path(tmp)
+        (work / "toy.py").write_text(TOY)
+        (work / "toy.toml").write_text('[space]\nx = { type = "float", low = -10.0, '
+                                       'high = 10.0 }\n')
+        (work / "plain.py").write_text(PLAIN)
+        for n in (int(x) for x in args.workers.split(",")):
+            for kind in kinds:
+                row = run(kind, n, pg, work, args.restart, args.down)
+                print(f"| {n} | {row['total']} x 2-3 s | {kind} | {row['wall']:.1f} | 6 | "
+                      f"{row['peak']} | {row['failed']} of {n} | {row['done']} |"
+                      + (f" first error: {row['why']}" if row["failed"] else ""), flush=True)
+                for out in list(row["outs"])[:args.show]:  # type: ignore[call-overload]
+                    print("\n".join("    " + line for line in out.splitlines()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""A storage on a database server whose every call rides out an outage (`outage.Outage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from optuna.storages import BaseStorage
+from optuna.storages._heartbeat import BaseHeartbeat
+
+from tunepilot.errors import StorageUnavailable
+from tunepilot.memory.outage import Outage
+
+
+class Riding(BaseStorage, BaseHeartbeat):
+    """`inner` (an Optuna storage on a database server) with each call ridden through outages
+    by `outage`: the calls below, and every other call of Optuna's storage and heartbeat
+    protocols (added after the class). Anything else (`_backend`, `engine`...) is `inner`'s."""
+
+    def __init__(self, inner: BaseStorage, outage: Outage):
+        self._inner: Any = inner  # a heartbeat too, where Optuna's storage is one
+        self.outage = outage
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_inner", "outage"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+    def remove_session(self) -> None:
+        self._inner.remove_session()
+
+    def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
+        """A trial's end, written once: a write whose answer the outage lost may have been
+        committed, and writing it again then finds the trial finished as this call left it."""
+        from optuna.exceptions import UpdateFinishedTrialError
+
+        try:
+            return bool(self.outage.call(self._inner.set_trial_state_values, trial_id, state,
+                                         values))
+        except UpdateFinishedTrialError:
+            now = self.outage.call(self._inner.get_trial, trial_id)
+            if now.state == state and (values is None or
+                                       list(now.values or []) == list(values)):
+                return True
+            raise
+
+    def record_heartbeat(self, trial_id: int) -> None:
+        """A beat, ridden through an outage; past its limit not raised in the heartbeat's
+        thread (the worker's own next call raises `StorageUnavailable`)."""
+        try:
+            self.outage.call(self._inner.record_heartbeat, trial_id)
+        except StorageUnavailable:
+            pass
+
+
+def _ridden(name: str) -> Callable[..., Any]:
+    def method(self: Riding, *args: Any, **kwargs: Any) -> Any:
+        return self.outage.call(getattr(self._inner, name), *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in {*dir(BaseStorage), *dir(BaseHeartbeat)}:
+    if not _name.startswith("__") and _name not in vars(Riding) and callable(
+            getattr(BaseStorage, _name, None) or getattr(BaseHeartbeat, _name, None)):
+        setattr(Riding, _name, _ridden(_name))
+Riding.__abstractmethods__ = frozenset()
