@@ -622,3 +622,17 @@ def test_a_sampler_registered_in_one_place_is_taken_everywhere(monkeypatch, tmp_
     with pytest.raises(ConfigError, match="Unknown sampler 'qmc'"):
         Tuner(trainers.callable(quadratic), SPACE, sampler="qmc")
     assert list(tmp_path.iterdir()) == []  # refused before the default storage is opened
+
+
+@pytest.mark.parametrize("block", [0, 1, 3])
+def test_the_latin_hypercube_draws_what_scipys_draws(block):
+    """`auto.Latin.design` is SciPy's `qmc.LatinHypercube` number for number (the benchmarks'
+    start-ups stay what they measured), without importing `scipy.stats` in a worker."""
+    import numpy as np
+    from scipy.stats import qmc
+
+    from tunepilot.proposers import auto
+
+    latin = auto.Latin(None, 5, seed=1234)
+    seed = 1234 if block == 0 else np.random.default_rng([1234, block])
+    assert np.array_equal(latin.design(block, 3), qmc.LatinHypercube(3, seed=seed).random(5))

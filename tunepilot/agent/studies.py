@@ -29,7 +29,7 @@ from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.memory.stops import Stop, StopKind
-from tunepilot.memory.store import choose_study
+from tunepilot.memory.store import choose_study, open_existing
 from tunepilot.proposers.suggest import Candidate
 from tunepilot.runtime import devices, interrupts, pool
 from tunepilot.space import SearchSpace
@@ -85,8 +85,9 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     stored settings, as `tune worker` does. `overrides` replace stored settings that belong to
     this machine: ``llm``, ``llm_base_url``, ``llm_model_path``, ``isolate``."""
     check_shared(storage, "`tune worker`")
-    name, said = choose_study(storage, study)
-    loaded = load_study(storage, name)
+    opened = open_existing(storage)  # once: each opening of a server's storage costs a check
+    name, said = choose_study(opened, study, url=storage)
+    loaded = load_study(opened, name)
     settings = History.from_study(loaded).settings.get("config")
     if settings is None:
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "

@@ -216,19 +216,21 @@ def load_study(storage: str | optuna.storages.BaseStorage, name: str | None) -> 
     return optuna.load_study(study_name=name, storage=storage)
 
 
-def choose_study(storage: str | optuna.storages.BaseStorage,
-                 name: str | None) -> tuple[str, str | None]:
+def choose_study(storage: str | optuna.storages.BaseStorage, name: str | None, *,
+                 url: str | None = None) -> tuple[str, str | None]:
     """The study a command reads, and a line that says which when the person named none (as
     `git` names the branch): the only study, or the newest of several (the last created), with
-    the others and the flag that picks one. Raises `ConfigError` for a name that is not there."""
-    import optuna
-
-    url = storage if isinstance(storage, str) else None
+    the others and the flag that picks one. Raises `ConfigError` for a name that is not there.
+    `url`: the storage's, for the messages, where `storage` is one opened already."""
     if isinstance(storage, str):
-        storage = open_existing(storage)
-    summaries = sorted(optuna.get_all_study_summaries(storage, include_best_trial=False),
-                       key=lambda s: s._study_id)
-    names = [s.study_name for s in summaries]
+        url, storage = storage, open_existing(storage)
+    if name is not None:  # one look-up, not a read of every study the server holds
+        try:
+            storage.get_study_id_from_name(name)
+            return name, None
+        except KeyError:
+            pass
+    names = [s.study_name for s in sorted(storage.get_all_studies(), key=lambda s: s._study_id)]
     where = f" in {redact(url)}" if url else ""
     if name is None and names:
         newest = names[-1]

@@ -253,11 +253,21 @@ class Latin(_Told):
         return self.design(block, len(search_space))[row][None, :]
 
     def design(self, block: int, d: int) -> Any:
-        """The study's `block`-th hypercube: `n` points in [0, 1)^d."""
-        from scipy.stats import qmc
-
-        seed = self._seed if block == 0 else np.random.default_rng([self._seed, block])
-        return qmc.LatinHypercube(d, seed=seed).random(self._n)
+        """The study's `block`-th hypercube: `n` points in [0, 1)^d, as SciPy's
+        `qmc.LatinHypercube(d, seed=...).random(n)` draws them, number for number
+        (tests/test_default_search.py compares the two), without importing `scipy.stats`,
+        which took a worker most of a second before its first trial."""
+        if block == 0:
+            rng = np.random.default_rng(self._seed)
+        else:  # SciPy spawns its own child of a Generator it is handed
+            parent = np.random.default_rng([self._seed, block]).bit_generator
+            seeds: Any = parent.seed_seq  # a SeedSequence: default_rng makes one
+            rng = np.random.Generator(type(parent)(seeds.spawn(1)[0]))
+        jitter = rng.uniform(size=(self._n, d))
+        strata = np.tile(np.arange(1, self._n + 1), (d, 1))
+        for column in strata:
+            rng.shuffle(column)
+        return (strata.T - jitter) / self._n
 
 
 def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from tunepilot.memory.text import plural
 from tunepilot.ui.app import app, new_console, say, user_errors
 
 
@@ -46,6 +45,7 @@ def calibrate(
     from tunepilot.agent.calibration_tables import DATASETS
     from tunepilot.errors import ConfigError
     from tunepilot.llm.models import LLMSettings
+    from tunepilot.memory.text import plural
 
     console = new_console()
     with user_errors():
