@@ -102,13 +102,14 @@ def completed(url: str, study: str) -> int:
 
 
 def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | None,
-        down: float) -> dict[str, object]:
+        down: float, sampler: str = "auto") -> dict[str, object]:
     study = f"{kind}-{n}"
     total = 2 * n
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{work}"}
     if kind == "tunepilot":
         subprocess.run([sys.executable, "-m", "tunepilot", "create", "--trainer", "toy:sleepy",
                         "--config", "toy.toml", "--llm", "none", "--pruner", "none",
+                        "--sampler", sampler,
                         "--storage", pg.url, "--study", study, "--n-trials", str(total)],
                        cwd=work, env=env, check=True, capture_output=True)
         argv = [[sys.executable, "-m", "tunepilot", "worker", "--storage", pg.url, "--study",
@@ -147,6 +148,7 @@ def main() -> None:
                         "after a third of the trials are done")
     parser.add_argument("--down", type=float, default=30.0)
     parser.add_argument("--show", type=int, default=0, help="print the first N workers' output")
+    parser.add_argument("--sampler", default="auto", help="tunepilot's sampler [auto]")
     args = parser.parse_args()
     kinds = [args.only] if args.only else ["tunepilot", "optuna"]
     print(f"# night bench {time.strftime('%Y-%m-%d %H:%M')}: PostgreSQL max_connections "
@@ -162,8 +164,9 @@ def main() -> None:
         (work / "plain.py").write_text(PLAIN)
         for n in (int(x) for x in args.workers.split(",")):
             for kind in kinds:
-                row = run(kind, n, pg, work, args.restart, args.down)
-                print(f"| {n} | {row['total']} x 2-3 s | {kind} | {row['wall']:.1f} | 6 | "
+                row = run(kind, n, pg, work, args.restart, args.down, args.sampler)
+                who = f"tunepilot ({args.sampler})" if kind == "tunepilot" else "plain Optuna"
+                print(f"| {n} | {row['total']} x 2-3 s | {who} | {row['wall']:.1f} | 6 | "
                       f"{row['peak']} | {row['failed']} of {n} | {row['done']} |"
                       + (f" first error: {row['why']}" if row["failed"] else ""), flush=True)
                 for out in list(row["outs"])[:args.show]:  # type: ignore[call-overload]

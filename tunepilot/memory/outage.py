@@ -78,6 +78,7 @@ class Outage:
         self.listeners: list[Callable[[str], None]] = list(ANNOUNCE)
         self.since: float | None = None  # monotonic time of the first failure of this outage
         self.gone: StorageUnavailable | None = None  # set once the limit passed
+        self.back_at: float | None = None  # monotonic time the last outage ended
         self._lock = threading.Lock()
         # One storage call at a time in this process (the heartbeat's thread waits a few
         # milliseconds for the trial's): with the study lock's own, a worker holds at most two
@@ -109,7 +110,7 @@ class Outage:
         with self._lock:
             if self.since is None:
                 self.since = now
-                self._say(f"database unreachable ({_first_line(e)}); retrying for up to "
+                self.say(f"database unreachable ({_first_line(e)}); retrying for up to "
                           f"{self.limit_s:g} s (the outage setting); a running trial goes on")
             if now - self.since > self.limit_s:
                 if self.gone is None:
@@ -127,11 +128,17 @@ class Outage:
         with self._lock:
             if self.since is None:
                 return
-            down = time.monotonic() - self.since
+            self.back_at = time.monotonic()
+            down = self.back_at - self.since
             self.since = None
-        self._say(f"database back after {down:.0f} s; the search goes on")
+        self.say(f"database back after {down:.0f} s; the search goes on")
 
-    def _say(self, text: str) -> None:
+    def back_within(self, seconds: float) -> bool:
+        """Whether an outage ended less than `seconds` ago."""
+        return self.back_at is not None and time.monotonic() - self.back_at < seconds
+
+    def say(self, text: str) -> None:
+        """Tells whoever listens (the run's display and log)."""
         for listen in list(self.listeners):
             listen(text)
 

@@ -38,11 +38,36 @@ class Riding(BaseStorage, BaseHeartbeat):
             return bool(self.outage.call(self._inner.set_trial_state_values, trial_id, state,
                                          values))
         except UpdateFinishedTrialError:
+            from optuna.trial import TrialState
+
             now = self.outage.call(self._inner.get_trial, trial_id)
             if now.state == state and (values is None or
                                        list(now.values or []) == list(values)):
                 return True
+            if now.state == TrialState.FAIL:
+                # Another worker found it silent past the grace period (an outage longer than
+                # the heartbeat's grace, as it came back) and failed it, queueing its retry:
+                # this run's result is the retry's to find again. Said, not a crash in Optuna.
+                self.outage.say(f"trial {now.number} was marked failed by another worker's "
+                                "stale-trial check while it ran here; its result is not "
+                                "recorded, and its retry runs the config again")
+                return False
             raise
+
+    def _get_stale_trial_ids(self, study_id: int) -> list[int]:
+        """The study's trials whose heartbeat is past the grace period; none for a grace period
+        after an outage: every worker's beats stopped with the server, and the live ones beat
+        again within it (a worker back first failed the others' trials as dead, and their
+        results were lost and their configs run twice)."""
+        backend = getattr(self._inner, "_backend", self._inner)
+        interval = getattr(backend, "heartbeat_interval", None) or 0
+        grace = getattr(backend, "grace_period", None) or 2 * interval
+        # Asked after the call too: a call that waited out the outage itself returns the
+        # heartbeats as the outage left them.
+        if self.outage.back_within(grace):
+            return []
+        stale = list(self.outage.call(self._inner._get_stale_trial_ids, study_id))
+        return [] if self.outage.back_within(grace) else stale
 
     def record_heartbeat(self, trial_id: int) -> None:
         """A beat, ridden through an outage; past its limit not raised in the heartbeat's
