@@ -17,6 +17,7 @@ import sqlalchemy
 from tests.conftest import quadratic, run_tune, server_url, toy_workdir
 from tests.llm_server import ScriptedLLMServer
 from tests.test_cli import TOY, assert_refused
+from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import TuneResult
 from tunepilot.memory import History, Stop, TrialRecord
 
@@ -243,11 +244,20 @@ def test_calibration_from_too_few_searches_gives_no_verdict_and_plain_json(tmp_p
 
 # --- a model that falls silent, and a slow one ----------------------------------------------------
 
+class Heard(Observer):
+    """What a run says once, as it happens (`Observer.notice`)."""
+
+    def __init__(self):
+        self.notices: list[str] = []
+
+    def notice(self, text):
+        self.notices.append(text)
+
+
 def test_a_model_whose_share_is_spent_says_so_once_and_when_it_reviews_again():
     from langchain_openai import ChatOpenAI
 
     from tunepilot import Categorical, Float, SearchSpace, Tuner, trainers
-    from tunepilot.agent.observer import Observer
 
     n = {"calls": 0}
 
@@ -256,13 +266,6 @@ def test_a_model_whose_share_is_spent_says_so_once_and_when_it_reviews_again():
         return json.dumps({"decision": "override",
                            "config": {"x": -9.0 + 0.7 * n["calls"], "opt": "sgd"},
                            "rationale": "A point far from the candidate tests a new region."})
-
-    class Heard(Observer):
-        def __init__(self):
-            self.notices: list[str] = []
-
-        def notice(self, text):
-            self.notices.append(text)
 
     heard = Heard()
     space = SearchSpace.of(x=Float(-10.0, 10.0), opt=Categorical(["adam", "sgd"]))
@@ -289,14 +292,6 @@ def test_a_slow_model_costs_one_time_out_a_turn_and_is_said_slow():
     from langchain_openai import ChatOpenAI
 
     from tunepilot import Float, SearchSpace, Tuner, trainers
-    from tunepilot.agent.observer import Observer
-
-    class Heard(Observer):
-        def __init__(self):
-            self.notices: list[str] = []
-
-        def notice(self, text):
-            self.notices.append(text)
 
     heard = Heard()
     with ScriptedLLMServer(lambda request: "{}") as server:

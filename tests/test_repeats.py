@@ -77,9 +77,9 @@ def test_records_are_one_transaction_on_a_database(any_storage):
     if engine is not None:
         sqlalchemy.event.listen(engine, "commit", lambda conn: commits.append(1))
     set_trial_user_attrs(storage, trial._trial_id, values)
-    assert storage.get_trial_user_attrs(trial._trial_id) == values
-    if engine is not None:
+    if engine is not None:  # counted before the read below, which commits its own session
         assert len(commits) == 1
+    assert storage.get_trial_user_attrs(trial._trial_id) == values
     set_trial_user_attrs(storage, trial._trial_id, {"proposer": "optuna", "extra": [1, 2]})
     assert storage.get_trial_user_attrs(trial._trial_id) == {**values, "proposer": "optuna",
                                                              "extra": [1, 2]}

@@ -90,12 +90,6 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
         said = f"{type(e).__name__}: {_one_line(e)}"
         if e.__cause__ is not None:  # Optuna's StorageInternalError hides what the server said
             said += f" ({_one_line(e.__cause__)})"
-        if any(m in said.lower() for m in _NO_CONNECTION_LEFT):
-            raise ConfigError(
-                f"Cannot open storage {redact(url)}: the database server has no connection left "
-                f"for it ({said}). Other programs or workers hold them all: stop some, or raise "
-                "the server's limit (PostgreSQL: max_connections; MySQL: max_connections)."
-            ) from None
         raise ConfigError(
             f"Cannot open storage {redact(url)}: {said}. Check that "
             "the database server is running and the URL (user, host, port, database) is right; "
@@ -122,11 +116,6 @@ def _sqlite_loss(path: Path) -> str:
                     "and what lay past the cut (most of its trials) is lost; SQLite reads none "
                     "of the rest.")
     return "Some of its pages are unreadable, and SQLite reads none of the file."
-
-
-# What PostgreSQL and MySQL say when every connection they allow is taken.
-_NO_CONNECTION_LEFT = ("too many clients", "too many connections",
-                       "remaining connection slots are reserved")
 
 
 # What SQLite says of a file that is not a whole database (cut short, overwritten).
