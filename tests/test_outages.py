@@ -151,3 +151,48 @@ def test_a_full_server_is_waited_for_and_said(workdir, server):
     text = "".join(said)
     assert "too many clients" in text and "database back after" in text, text
     assert [t.state for t in trials(server.url)] == [TrialState.COMPLETE] * 2
+
+
+def test_a_storm_of_killed_workers_leaves_every_trial_accounted_for(workdir, server):
+    """Workers killed with SIGKILL at random and started again by a supervisor, again and again:
+    every trial complete, or failed (killed) and retried once; the budget exact; no trial left
+    running; no two trials running one config at once."""
+    import random
+    import signal
+
+    create(workdir, server.url, 16, "--heartbeat", "1")
+    rng = random.Random(0)
+    procs = {f"w{i}": worker(workdir, server.url, f"w{i}") for i in (1, 2, 3)}
+    kills, start = 0, time.monotonic()
+    while time.monotonic() - start < 25 and any(p.poll() is None for p in procs.values()):
+        time.sleep(2.5)
+        name = rng.choice(sorted(procs))
+        if procs[name].poll() is None:
+            procs[name].send_signal(signal.SIGKILL)
+            procs[name].communicate()
+            kills += 1
+        procs[name] = worker(workdir, server.url, name)  # the supervisor starts it again
+    outputs = [p.communicate(timeout=240)[0] for p in procs.values()]
+    assert all(p.returncode == 0 for p in procs.values()), outputs
+    assert kills >= 3
+    done = trials(server.url)
+    storage = optuna.storages.RDBStorage(server.url,
+                                         engine_kwargs={"poolclass": sqlalchemy.pool.NullPool})
+    history = History.from_study(optuna.load_study(study_name="night", storage=storage))
+    assert history.budget_used() == 16
+    assert not [t.number for t in done if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    failed = [t for t in done if t.state == TrialState.FAIL]
+    # A failed trial is a killed one: its config retried once (or its retries used up).
+    for t in failed:
+        retries = [r for r in done if r.system_attrs.get("failed_trial") == t.number]
+        assert len(retries) <= 1, (t.number, [r.number for r in retries])
+        assert "killed" in str(t.user_attrs.get("error") or history[t.number].error), t.number
+    assert len(complete) + len([t for t in failed if not any(
+        r.system_attrs.get("failed_trial") == t.number for r in done)]) == 16
+    # No two trials ran one config at the same time.
+    spans = [(t.datetime_start, t.datetime_complete, tuple(sorted(t.params.items())))
+             for t in done if t.datetime_start and t.datetime_complete]
+    for i, (s1, e1, c1) in enumerate(spans):
+        for s2, e2, c2 in spans[i + 1:]:
+            assert not (c1 == c2 and s1 < e2 and s2 < e1), (c1, s1, e1, s2, e2)
