@@ -7,8 +7,8 @@ budget), and checking a proposed config against the running ones and recording i
 duplicates in flight).
 
 Kinds, by storage:
-    PostgreSQL   pg_advisory_lock on a connection taken from the storage's pool while the
-                 lock is held, and given back with it (the server frees the lock if the worker
+    PostgreSQL   pg_advisory_lock on a connection of the storage's engine, opened while the
+                 lock is held and closed with it (the server frees the lock if the worker
                  dies, so a SIGKILL never leaves the study locked)
     MySQL        GET_LOCK / RELEASE_LOCK, likewise per connection
     journal file fcntl.flock on FILE.tunepilot-lock (processes of one machine)
@@ -101,7 +101,7 @@ class StudyLock:
                         if not _connection_lost(e):
                             raise
                     finally:
-                        # Back to the storage's pool: a worker holds no connection for a lock it
+                        # Closed (or back to a pool): a worker holds no connection for a lock it
                         # does not hold (its trial trains for minutes; the lock, milliseconds).
                         shared.conn.close()
                         shared.conn = None
