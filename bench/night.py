@@ -11,6 +11,12 @@ seconds after a third of the trials are done and starts it again after `--down` 
 
     python bench/night.py --workers 4,16,64
     python bench/night.py --workers 8 --restart 3 --down 30 --only tunepilot
+    python bench/night.py --workers 8 --storm 600 --kill-every 15 --only tunepilot
+
+`--storm S`: for S seconds a supervisor kills a random worker (SIGKILL) every `--kill-every`
+seconds and starts it again, on a budget the workers use up about then (heartbeat 5 s); the
+row is followed by the study's accounting: kills, trials complete, failed (killed) and their
+retries, the budget used, trials left running, and configs that ran twice at the same time.
 """
 
 from __future__ import annotations
@@ -139,6 +145,60 @@ def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | N
             "done": completed(pg.url, study), "total": total, "outs": outs}
 
 
+def storm(n: int, pg: ThrowawayPostgres, work: Path, seconds: float, every: float) -> str:
+    """`n` workers under a storm of kills (see the module's text); the accounting in words."""
+    import random
+    import signal
+
+    import optuna
+
+    from tunepilot.memory import History
+
+    study, total = f"storm-{n}", int(0.7 * n * seconds / 2.5)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{work}"}
+    subprocess.run([sys.executable, "-m", "tunepilot", "create", "--trainer", "toy:sleepy",
+                    "--config", "toy.toml", "--llm", "none", "--pruner", "none", "--storage",
+                    pg.url, "--study", study, "--n-trials", str(total), "--heartbeat", "5",
+                    "--sampler", "tpe"], cwd=work, env=env, check=True, capture_output=True)
+
+    def start(i: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-m", "tunepilot", "worker", "--storage",
+                                 pg.url, "--study", study, "--name", f"w{i}"], cwd=work,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True)
+
+    rng = random.Random(0)
+    procs = [start(i) for i in range(n)]
+    kills, begin = 0, time.time()
+    while time.time() - begin < seconds and any(p.poll() is None for p in procs):
+        time.sleep(every)
+        i = rng.randrange(n)
+        if procs[i].poll() is None:
+            procs[i].send_signal(signal.SIGKILL)
+            procs[i].wait()
+            kills += 1
+            procs[i] = start(i)
+    errors = [p.communicate()[1] for p in procs]
+    failed = sum(p.returncode != 0 for p in procs)
+    storage = optuna.storages.RDBStorage(pg.url, engine_kwargs={"poolclass": NullPool})
+    loaded = optuna.load_study(study_name=study, storage=storage)
+    trials = loaded.trials
+    history = History.from_study(loaded)
+    state = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "RUNNING",
+                                                                  "WAITING")}
+    retried = sum(1 for t in trials if t.system_attrs.get("failed_trial") is not None)
+    spans = sorted((t.datetime_start, t.datetime_complete, tuple(sorted(t.params.items())))
+                   for t in trials if t.datetime_start and t.datetime_complete)
+    twice = sum(1 for i, (s1, e1, c1) in enumerate(spans) for s2, e2, c2 in spans[i + 1:]
+                if c1 == c2 and s2 < e1)
+    return (f"storm of {time.time() - begin:.0f} s, {n} workers, a kill every {every:g} s: "
+            f"{kills} kills; {len(trials)} trials: {state['COMPLETE']} complete, "
+            f"{state['FAIL']} failed (killed), {retried} retries; budget used "
+            f"{history.budget_used()} of {total}; left running {state['RUNNING']}, waiting "
+            f"{state['WAITING']}; configs running twice at once {twice}; workers that exited "
+            f"with an error at the end {failed}" + (f" ({errors[0][-200:]})" if failed else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="4,16,64")
@@ -149,6 +209,8 @@ def main() -> None:
     parser.add_argument("--down", type=float, default=30.0)
     parser.add_argument("--show", type=int, default=0, help="print the first N workers' output")
     parser.add_argument("--sampler", default="auto", help="tunepilot's sampler [auto]")
+    parser.add_argument("--storm", type=float, help="seconds of kills (see the module's text)")
+    parser.add_argument("--kill-every", type=float, default=15.0)
     args = parser.parse_args()
     kinds = [args.only] if args.only else ["tunepilot", "optuna"]
     print(f"# night bench {time.strftime('%Y-%m-%d %H:%M')}: PostgreSQL max_connections "
@@ -163,6 +225,9 @@ def main() -> None:
                                        'high = 10.0 }\n')
         (work / "plain.py").write_text(PLAIN)
         for n in (int(x) for x in args.workers.split(",")):
+            if args.storm:
+                print(storm(n, pg, work, args.storm, args.kill_every), flush=True)
+                continue
             for kind in kinds:
                 row = run(kind, n, pg, work, args.restart, args.down, args.sampler)
                 who = f"tunepilot ({args.sampler})" if kind == "tunepilot" else "plain Optuna"
