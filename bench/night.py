@@ -187,15 +187,20 @@ def storm(n: int, pg: ThrowawayPostgres, work: Path, seconds: float, every: floa
     state = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "FAIL", "RUNNING",
                                                                   "WAITING")}
     retried = sum(1 for t in trials if t.system_attrs.get("failed_trial") is not None)
-    spans = sorted((t.datetime_start, t.datetime_complete, tuple(sorted(t.params.items())))
-                   for t in trials if t.datetime_start and t.datetime_complete)
-    twice = sum(1 for i, (s1, e1, c1) in enumerate(spans) for s2, e2, c2 in spans[i + 1:]
-                if c1 == c2 and s2 < e1)
+    # Trials killed before their config was set have none: not "one config" run twice.
+    spans = sorted((t.datetime_start, t.datetime_complete, tuple(sorted(t.params.items())),
+                    t.number) for t in trials
+                   if t.datetime_start and t.datetime_complete and t.params)
+    pairs = [(n1, n2) for i, (s1, e1, c1, n1) in enumerate(spans)
+             for s2, _, c2, n2 in spans[i + 1:] if c1 == c2 and s2 < e1]
+    twice = f"{len(pairs)}" + (f" (trials {pairs[:5]})" if pairs else "")
+    unset = sum(1 for t in trials if not t.params)
     return (f"storm of {time.time() - begin:.0f} s, {n} workers, a kill every {every:g} s: "
             f"{kills} kills; {len(trials)} trials: {state['COMPLETE']} complete, "
             f"{state['FAIL']} failed (killed), {retried} retries; budget used "
             f"{history.budget_used()} of {total}; left running {state['RUNNING']}, waiting "
-            f"{state['WAITING']}; configs running twice at once {twice}; workers that exited "
+            f"{state['WAITING']}; configs running twice at once {twice}; killed before a config "
+            f"was set {unset}; workers that exited "
             f"with an error at the end {failed}" + (f" ({errors[0][-200:]})" if failed else ""))
 
 
