@@ -34,10 +34,10 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
     process at a time runs a study there, which finds a killed run's trial (`recover`).
 
     On a database server (PostgreSQL, MySQL) the storage holds no connection between its calls
-    (a trial trains for minutes, its storage calls take milliseconds: 64 workers fit a stock
-    server's 100), and every call rides out an outage of up to `outage_s` seconds
-    (`outage.Riding`; default `outage.OUTAGE_S`). A server with no connection left when the
-    storage is opened is waited for the same way.
+    (a trial trains for minutes, its storage calls take milliseconds; what many workers need:
+    bench/README.md#several-workers), and every call rides out an outage of up to `outage_s`
+    seconds (`riding.Riding`; default `outage.OUTAGE_S`). A server with no connection left when
+    the storage is opened is waited for the same way.
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend
@@ -304,10 +304,9 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
-    # No pool: a connection per storage call, closed after it (a few milliseconds on a local
-    # network). A pooled one sat open through every trial's training, five a worker with
-    # Optuna's default pool, and 20 workers filled a stock PostgreSQL
-    # (bench/README.md#several-workers).
+    # No pool: a connection per storage call, closed after it. A pooled one sat open through
+    # every trial's training, several a worker with Optuna's default pool, and a few dozen
+    # workers filled a stock PostgreSQL (bench/README.md#several-workers).
     from sqlalchemy.pool import NullPool
 
     kwargs: dict[str, Any] = {"poolclass": NullPool}

@@ -256,7 +256,7 @@ class Latin(_Told):
         """The study's `block`-th hypercube: `n` points in [0, 1)^d, as SciPy's
         `qmc.LatinHypercube(d, seed=...).random(n)` draws them, number for number
         (tests/test_default_search.py compares the two), without importing `scipy.stats`,
-        which took a worker most of a second before its first trial."""
+        the largest import of a worker's start before its first trial."""
         if block == 0:
             rng = np.random.default_rng(self._seed)
         else:  # SciPy spawns its own child of a Generator it is handed
