@@ -190,9 +190,10 @@ def test_a_storm_of_killed_workers_leaves_every_trial_accounted_for(workdir, ser
         assert "killed" in str(t.user_attrs.get("error") or history[t.number].error), t.number
     assert len(complete) + len([t for t in failed if not any(
         r.system_attrs.get("failed_trial") == t.number for r in done)]) == 16
-    # No two trials ran one config at the same time.
+    # No two trials ran one config at the same time (trials killed before their config was
+    # set have none: two of those are not one config).
     spans = [(t.datetime_start, t.datetime_complete, tuple(sorted(t.params.items())))
-             for t in done if t.datetime_start and t.datetime_complete]
+             for t in done if t.datetime_start and t.datetime_complete and t.params]
     for i, (s1, e1, c1) in enumerate(spans):
         for s2, e2, c2 in spans[i + 1:]:
             assert not (c1 == c2 and s1 < e2 and s2 < e1), (c1, s1, e1, s2, e2)

@@ -30,18 +30,16 @@ OUTAGE_S = 300.0  # how long a worker waits for its database before it gives up
 # Who hears an outage before a run's display does (opening the storage, a read command): the
 # command line puts a line on stderr here. A run's display replaces them while it runs.
 ANNOUNCE: list[Callable[[str], None]] = []
-# What PostgreSQL and MySQL say when the server is down, restarting, or has no connection left.
-_GONE = ("connection refused", "could not connect", "server closed the connection",
-         "terminating connection", "connection is closed", "the database system is",
-         "too many clients", "too many connections", "remaining connection slots",
-         "lost connection", "can't connect", "server has gone away", "connection reset",
-         "connection timed out", "no connection to the server", "consuming input failed",
-         "ssl syscall error", "connection not open", "broken pipe")
-
-
-# Of those, what a server says that is up but cannot take this connection now.
+# What PostgreSQL and MySQL say when the server is up but cannot take this connection now
+# (every one taken, or it is starting or stopping).
 _FULL = ("too many clients", "too many connections", "remaining connection slots",
          "the database system is")
+# ... and, beside those, when the server is down or dropped the connection.
+_GONE = (*_FULL, "connection refused", "could not connect", "server closed the connection",
+         "terminating connection", "connection is closed", "lost connection", "can't connect",
+         "server has gone away", "connection reset", "connection timed out",
+         "no connection to the server", "consuming input failed", "ssl syscall error",
+         "connection not open", "broken pipe")
 
 
 def connection_lost(e: BaseException) -> bool:
@@ -111,7 +109,7 @@ class Outage:
             if self.since is None:
                 self.since = now
                 self.say(f"database unreachable ({_first_line(e)}); retrying for up to "
-                          f"{self.limit_s:g} s (the outage setting); a running trial goes on")
+                         f"{self.limit_s:g} s (the outage setting); a running trial goes on")
             if now - self.since > self.limit_s:
                 if self.gone is None:
                     fix = ("every connection it allows is taken: stop some of the programs or "
