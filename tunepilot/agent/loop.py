@@ -213,6 +213,8 @@ class Loop:
             "peak_memory_mb": result.peak_memory_mb and round(result.peak_memory_mb, 1),
             # The trainer knows its device best (an isolated trial ran in another process).
             "device": result.extra.get("device") or device(),
+            # Which framework trained it, where the trainer chose one (`--trainer both`).
+            **({"framework": result.extra["framework"]} if "framework" in result.extra else {}),
             # The GPUs this worker was pinned to (`tune run --n-workers` on a GPU machine).
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "versions": versions(),

@@ -29,6 +29,7 @@ from tunepilot.memory.recovery import recover, stale_trial_listener
 from tunepilot.memory.stops import Stop
 from tunepilot.memory.store import open_existing
 from tunepilot.proposers import samplers
+from tunepilot.proposers.cost import clock_line
 from tunepilot.proposers.pruners import make_pruner
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
 from tunepilot.proposers.suggest import AgentSampler, Suggester
@@ -332,13 +333,15 @@ class Tuner(AskTell):
             self.llm_agent.n_trials, self.llm_agent.target = n_trials, target
             self.llm_agent.notice = self.display.notice
         study = self.study
+        records.goal(study, {"target": target, "timeout": timeout, "n_trials": n_trials})
         if is_heartbeat_enabled(study._storage):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)  # a crashed run's trial, if stale
         history = History.from_study(study)
         self.display.start(self.study_name, n_trials, found)
-        for line in self.first_lines:
+        clock = clock_line(target, timeout) if self.sampler == "auto" else None
+        for line in [*self.first_lines, *([clock] if clock else [])]:
             self.display.say(line)
         for line in dead:
             self.display.notice(line)

@@ -50,6 +50,9 @@ RATIONALE = "rationale"  # in LLM: its one-sentence reason for the config
 NOTES_UPDATE = "notes"  # in LLM: the notes it wrote when proposing this trial
 
 # Per study.
+# What the last run set out to reach: {"target", "timeout", "n_trials"} (`Tuner.run`); the
+# default search weighs a config's cost where it names a target or a time budget.
+GOAL = "tunepilot:goal"
 SETTINGS = "tunepilot:settings"  # the run's config (no secrets) so `tune worker` / resume reuse it
 STOP = "tunepilot:stop"  # set by the worker that reached the target; every worker stops on it
 LAST_STOP = "tunepilot:last_stop"  # why the last run ended, for the report

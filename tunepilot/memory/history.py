@@ -172,6 +172,7 @@ class History(Sequence[TrialRecord]):
     changes: tuple[Mapping[str, Any], ...] = ()  # identity changes accepted, oldest first
     opening: Mapping[str, Any] = field(default_factory=dict)  # the LLM's opening turn, if any
     calibration: Calibration | None = None  # what `tune calibrate` measured of its model
+    goal: Mapping[str, Any] = field(default_factory=dict)  # the last run's (`attrs.GOAL`)
     # The Optuna study it was read from (None when built by hand): for analyses that need it,
     # such as Optuna's importance evaluators.
     study: Any = field(default=None, compare=False, repr=False)
@@ -201,6 +202,7 @@ class History(Sequence[TrialRecord]):
                    changes=tuple(user_attrs.get(attrs.CHANGES) or ()),
                    opening=user_attrs.get(attrs.OPENING) or {},
                    calibration=Calibration.from_record(user_attrs.get(attrs.CALIBRATION)),
+                   goal=user_attrs.get(attrs.GOAL) or {},
                    study=study)
 
     def changed_since(self, study: optuna.Study, *, exclude: int | None = None) -> History:

@@ -91,10 +91,15 @@ def skipped(storage: Any, trial_id: int, reason: str) -> None:
     set_trial_user_attrs(storage, trial_id, {attrs.PROPOSER: "optuna", attrs.LLM_SKIPPED: reason})
 
 
-def sampler(storage: Any, trial_id: int, kind: str, seconds: float) -> None:
-    """Which sampler drew the trial's config, and its own seconds (what the default rule
-    weighs against the trials' time)."""
-    storage.set_trial_user_attr(trial_id, attrs.SAMPLER, {"kind": kind, "s": round(seconds, 4)})
+def sampler(storage: Any, trial_id: int, kind: str, seconds: float,
+            expected_s: float | None = None) -> None:
+    """Which sampler drew the trial's config, its own seconds (what the default rule weighs
+    against the trials' time) and, where a cost model chose it, the trial's seconds that model
+    expected."""
+    value: dict[str, Any] = {"kind": kind, "s": round(seconds, 4)}
+    if expected_s is not None:
+        value["expected_s"] = round(expected_s, 3)
+    storage.set_trial_user_attr(trial_id, attrs.SAMPLER, value)
 
 
 def error(storage: Any, trial_id: int, described: Mapping[str, str]) -> None:
@@ -163,6 +168,13 @@ def claim_opening(study: optuna.Study, k: int, model: str) -> bool:
 def opening(study: optuna.Study, value: Mapping[str, Any]) -> None:
     """What became of the LLM's opening turn (`attrs.OPENING`)."""
     study.set_user_attr(attrs.OPENING, dict(value))
+
+
+def goal(study: optuna.Study, value: Mapping[str, Any]) -> None:
+    """What the run sets out to reach (`attrs.GOAL`), written when it differs from the last."""
+    value = dict(value)
+    if study.user_attrs.get(attrs.GOAL) != value:
+        study.set_user_attr(attrs.GOAL, value)
 
 
 def settings(study: optuna.Study, value: Mapping[str, Any]) -> None:

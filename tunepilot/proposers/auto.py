@@ -39,6 +39,7 @@ import numpy as np
 from optuna.samplers import BaseSampler, QMCSampler
 
 from tunepilot.memory import History, records
+from tunepilot.proposers import cost
 from tunepilot.proposers.gp import GP, model_best
 from tunepilot.space import SearchSpace
 
@@ -79,9 +80,9 @@ def choose(history: History, space: SearchSpace | None, number: int,
         return "lhs", f"the first {first} trials are a Latin hypercube, an even cover"
     done = [t for t in history if t.state in ("complete", "pruned", "fail")
             and t.duration_s is not None]
-    trial_s = statistics.median(_trial_seconds(t) for t in done) if done else 0.0
+    trial_s = statistics.median(cost.seconds(t) for t in done) if done else 0.0
     spent = sum(float((t.sampler or {}).get("s") or 0.0) for t in history)
-    work = sum(_trial_seconds(t) for t in done)
+    work = sum(cost.seconds(t) for t in done)
     gp = [(t.number, float(t.sampler["s"])) for t in history
           if t.sampler and t.sampler.get("kind") == "GP" and t.sampler.get("s") is not None]
     expected = (gp[-1][1] * max(1.0, number / max(gp[-1][0], 1)) if gp else FIRST_GP_DRAW_S)
@@ -90,18 +91,14 @@ def choose(history: History, space: SearchSpace | None, number: int,
         if every and space is not None and number >= 2 * first and number % every == 0:
             return "local", (f"from trial {2 * first} on, one trial in {every} is drawn near "
                              "the trial the GP rates best (a local search beside its model)")
-        return "gp", (f"its draws fit in {allowed:.0%} of the search's time beside trials of "
-                      f"{trial_s:.2g} s")
+        fits = (f"its draws fit in {allowed:.0%} of the search's time beside trials of "
+                f"{trial_s:.2g} s")
+        if (rule := cost.rule_for(history.goal)) is not None:
+            return "gp-cost", f"{fits}; the goal is the clock: {cost.RULES[rule]}"
+        return "gp", fits
     return "tpe", (f"a GP draw (~{expected:.2g} s) would take the sampler past {allowed:.0%} of "
                    f"the search's time beside trials of {trial_s:.2g} s")
 
-
-def _trial_seconds(t: Any) -> float:
-    """A trial's own time: the trainer's figure where it gave one, else the trial's, less the
-    sampler's draw."""
-    if t.train is not None and t.train.wall_time_s:
-        return float(t.train.wall_time_s)
-    return max(0.0, float(t.duration_s or 0.0) - float((t.sampler or {}).get("s") or 0.0))
 
 
 class Auto(BaseSampler):
@@ -121,14 +118,15 @@ class Auto(BaseSampler):
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
-            kind, self.why = choose(History.from_study(study), self.space, self.number,
-                                    self.first, self.every)
+            history = History.from_study(study)
+            kind, self.why = choose(history, self.space, self.number, self.first, self.every)
             if kind == "lhs" and callable(self.start):  # a benchmark's other start-up
                 self.inner = self.start(self.seed, self.space, self.number, self.first)
             else:
                 kind = self.start if kind == "lhs" and isinstance(self.start, str) else kind
                 kind = self.local if kind == "local" else kind
-                self.inner = build(kind, self.seed, self.space, self.number, self.first)
+                self.inner = build(kind, self.seed, self.space, self.number, self.first,
+                                   goal=history.goal)
         return self.inner
 
     def infer_relative_search_space(self, study: optuna.Study,
@@ -271,7 +269,7 @@ class Latin(_Told):
 
 
 def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
-          first: int | None = None) -> BaseSampler:
+          first: int | None = None, goal: Mapping[str, Any] | None = None) -> BaseSampler:
     import optuna
 
     if kind == "qmc":
@@ -294,6 +292,11 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
     if kind == "gp":
         return GP(seed=seed, n_startup_trials=startup(space) if first is None else first,
                   warn_independent_sampling=False)
+    if kind == "gp-cost":  # the goal is the clock (`cost`)
+        goal = dict(goal or {})
+        return cost.CostGP(rule=cost.rule_for(goal) or "ei-per-s", goal=goal, seed=seed,
+                           n_startup_trials=startup(space) if first is None else first,
+                           warn_independent_sampling=False)
     # multivariate: parameters interact; constant liar: other workers' running trials count
     # as bad, so workers spread out.
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)

@@ -207,8 +207,9 @@ class AgentSampler(BaseSampler):
         # trials' time).
         from tunepilot.proposers.samplers import label
 
+        drew = getattr(sampler, "inner", None) or sampler  # `auto.Auto`: the kind it picked
         records.sampler(study._storage, trial._trial_id, label(sampler),
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, getattr(drew, "expected_s", None))
         return params
 
     def _propose(self, study: optuna.Study, trial: FrozenTrial,

@@ -94,6 +94,43 @@ register(BuiltinTrainer("jax", _jax, "JAX/Flax/Optax", modules=("tunepilot.train
                         on_gpu=_jax_on_gpu, precisions=lambda: ["32-true", "bf16-mixed"]))
 
 
+# `--trainer both`: the framework is a choice of each trial (the space's `framework`), one
+# study over both: which reaches a loss, and a target, first.
+FRAMEWORKS = ("lightning", "jax")
+
+
+def _both(data: Any) -> Trainer:
+    import dataclasses
+
+    built: dict[str, Trainer] = {}
+
+    def train(config: Any, report: Any) -> Any:
+        config = dict(config)
+        framework = config.pop("framework", FRAMEWORKS[0])
+        if framework not in FRAMEWORKS:
+            raise ConfigError(f"framework {framework!r} is not a built-in one; expected one of "
+                              f"{', '.join(FRAMEWORKS)} in [space] framework.")
+        if framework not in built:  # a framework is imported when a trial first asks for it
+            built[framework] = BUILTIN[framework].build(data)
+        result = built[framework](config, report)
+        return dataclasses.replace(result, extra={**result.extra, "framework": framework})
+
+    return train
+
+
+def _both_precisions() -> list[str]:
+    """What both frameworks run here (each names its precisions alike: bf16-mixed is
+    Lightning's bf16 autocast and the JAX trainer's bfloat16 compute)."""
+    jax = BUILTIN["jax"].precisions()
+    return [p for p in BUILTIN["lightning"].precisions() if p in jax]
+
+
+register(BuiltinTrainer("both", _both, "PyTorch Lightning or JAX/Flax/Optax (each trial's "
+                        "`framework`)", modules=("tunepilot.trainers.lightning_trainer",
+                                                 "tunepilot.trainers.jax_trainer"),
+                        on_gpu=lambda: _cuda() or _jax_on_gpu(), precisions=_both_precisions))
+
+
 def on_gpu(trainer: str) -> bool:
     return BUILTIN[trainer].on_gpu()
 
@@ -131,7 +168,10 @@ def default_space(trainer: str) -> SearchSpace:
     # The defaults are trial 0 of a new study: what a practitioner tries first on a CTR model
     # (Adam's customary rate, batch 256), measured on it against the alternatives
     # (bench/README.md#the-built-in-tasks-defaults).
+    both = {"framework": Categorical(list(FRAMEWORKS), default=FRAMEWORKS[0])} \
+        if trainer == "both" else {}
     return SearchSpace.of(
+        **both,
         lr=Float(1e-5, 1e-1, log=True, default=1e-3),
         batch_size=Categorical([256, 512, 1024, 2048, 4096], default=256),
         # one precision only (a CPU without native bf16): a fixed setting, not a choice
@@ -145,7 +185,14 @@ def check_space(trainer: str, space: SearchSpace) -> list[str]:
     """Refuses, before the first trial, settings the built-in model would not understand and
     precisions the device cannot run; returns what the person should hear (a precision only
     emulated here)."""
-    check_ctr_keys(set(space.params) | set(space.fixed))
+    keys = set(space.params) | set(space.fixed)
+    check_ctr_keys(keys - {"framework"} if trainer == "both" else keys)
+    framework = space.params.get("framework")
+    named = list(framework.choices) if isinstance(framework, Categorical) else (
+        [space.fixed["framework"]] if "framework" in space.fixed else [])
+    if [f for f in named if f not in FRAMEWORKS]:
+        raise ConfigError(f"[space] framework may hold {', '.join(map(repr, FRAMEWORKS))}, not "
+                          f"{', '.join(repr(f) for f in named if f not in FRAMEWORKS)}.")
     param = space.params.get("precision")
     asked = list(param.choices) if isinstance(param, Categorical) else (
         [space.fixed["precision"]] if "precision" in space.fixed else [])

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tunepilot.agent.observer import Observer
 from tunepilot.memory.text import clip, format_params, loss, plural
+from tunepilot.ui.clock import framework_lines
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -87,13 +88,17 @@ def short_cause(reason: str | None) -> str:
 
 
 def seconds(record: TrialRecord) -> str:
-    """The trial's own time (the trainer's), and the LLM's turn where it took a second or more:
-    `  0.4s +25.0s LLM`; the whole trial's time where the trainer measured none."""
+    """The trial's own time (the trainer's), what the cost model expected of it where one chose
+    it, and the LLM's turn where it took a second or more: `  0.4s (~0.5s expected) +25.0s
+    LLM`; the whole trial's time where the trainer measured none."""
+    expected = (record.sampler or {}).get("expected_s")
+    said = f" (~{expected:.1f}s expected)" if expected is not None else ""
     train = record.train.wall_time_s if record.train is not None else None
     if train is None:
-        return f"{record.duration_s:5.1f}s" if record.duration_s is not None else ""
+        return f"{record.duration_s:5.1f}s{said}" if record.duration_s is not None else ""
     llm = record.llm.latency_s if record.llm is not None else None
-    return f"{train:5.1f}s" + (f" +{llm:.1f}s LLM" if llm is not None and llm >= 1.0 else "")
+    return f"{train:5.1f}s{said}" + (f" +{llm:.1f}s LLM" if llm is not None and llm >= 1.0
+                                     else "")
 
 
 def why_line(record: TrialRecord) -> str | None:
@@ -131,7 +136,7 @@ def summary_lines(result: TuneResult) -> list[str]:
     else:
         lines.append("best: no trial completed yet")
     lines += [line for line in (_llm_line(history), record_line(history)) if line]
-    return lines
+    return lines + framework_lines(history)
 
 
 def record_line(history: History) -> str | None:

@@ -135,6 +135,40 @@ def curves_figure(history: History, k: int = 5) -> Figure:
     return _done(fig)
 
 
+def clock_figure(history: History) -> Figure:
+    """Each finished trial's loss against the training seconds spent by its end (the trials'
+    own seconds added up in number order, a stopped one's partial time included), and the best
+    so far: what the search bought per hour. Trials are coloured by framework where the space
+    chose one."""
+    from tunepilot.proposers.cost import seconds
+
+    fig, ax = _figure()
+    spent, best, xs, ys = 0.0, float("inf"), [], []
+    points: dict[str, list[tuple[float, float]]] = {}
+    for t in history:
+        if t.state not in ("complete", "pruned", "fail"):
+            continue
+        spent += seconds(t)
+        value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
+        if value is None:
+            continue
+        points.setdefault(str(t.params.get("framework", t.state)), []).append((spent, value))
+        if t.state == "complete" and value < best:
+            best = value
+        if best < float("inf"):
+            xs.append(spent)
+            ys.append(best)
+    for i, (name, pts) in enumerate(sorted(points.items())):
+        ax.scatter(*zip(*pts, strict=True), s=22, label=name, color=f"C{i}")
+    if xs:
+        ax.step(xs, ys, where="post", color="black", linewidth=1.2, label="best so far")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0.0)
+    ax.set_title("loss against training seconds")
+    ax.set_xlabel("training seconds spent (the trials' own, added up)")
+    ax.set_ylabel("validation loss")
+    return _done(fig)
+
+
 def _figure() -> tuple[Figure, Any]:
     from matplotlib.figure import Figure
 

