@@ -58,12 +58,15 @@ def test_the_run_records_its_goal_and_says_the_rule(capsys: pytest.CaptureFixtur
     assert History.from_study(tuner.study).goal["target"] is None
 
 
-def test_carbo_cools_the_cost_weight_as_the_budget_is_spent() -> None:
-    goal = {"target": None, "timeout": 100.0}
-    assert cost.rule_for(goal) == "carbo"
-    assert [cost.cost_weight("carbo", goal, s) for s in (0.0, 25.0, 100.0, 150.0)] == \
+def test_the_costs_weight_cools_as_the_budget_is_spent() -> None:
+    timed = {"target": None, "timeout": 100.0, "n_trials": 50}
+    assert cost.rule_for(timed) == cost.rule_for({**timed, "target": 0.1}) == "carbo"
+    assert [cost.cost_weight("carbo", timed, s, 10) for s in (0.0, 25.0, 100.0, 150.0)] == \
         [1.0, 0.75, 0.0, 0.0]
-    assert cost.cost_weight("ei-per-s", {"target": 0.1}, 1e9) == 1.0
+    counted = {"target": 0.1, "timeout": None, "n_trials": 40}
+    assert cost.rule_for(counted) == "trials"
+    assert [cost.cost_weight("trials", counted, 1e9, n) for n in (0, 10, 40, 50)] == \
+        [1.0, 0.75, 0.0, 0.0]
 
 
 def test_a_cheap_config_is_preferred_where_two_are_expected_equally_good() -> None:
@@ -77,12 +80,14 @@ def test_a_cheap_config_is_preferred_where_two_are_expected_equally_good() -> No
                                    + float(config["y"]) ** 2)
 
     def sides(target: float | None) -> tuple[int, int, list[float]]:
+        """With a target: also a night's time budget, so the cost's weight stays near 1 (it
+        cools as the budget is spent: `test_the_costs_weight_cools_as_the_budget_is_spent`)."""
         cheap = drawn = 0
         expected: list[float] = []
         for seed in (3, 4, 5):
             tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
                           study="sides", seed=seed, display=None)
-            tuner.run(n_trials=20, target=target)
+            tuner.run(n_trials=20, target=target, timeout=None if target is None else 36_000)
             gp = [t for t in History.from_study(tuner.study)
                   if (t.sampler or {}).get("kind") == "GP"]
             cheap += sum(1 for t in gp if t.params["x"] > 0)
@@ -124,7 +129,7 @@ def test_a_pruned_trials_seconds_count_as_that_configs_cost() -> None:
         study.add_trial(_frozen(i, x, complete, 0.9, 1.0, train=True))
     records = History.from_study(study)
     assert [round(cost.seconds(t)) for t in records] == [50] * 4 + [1] * 4
-    sampler = cost.CostGP(rule="ei-per-s", goal={"target": 0.0}, seed=0, n_startup_trials=4,
+    sampler = cost.CostGP(rule="trials", goal={"target": 0.0}, seed=0, n_startup_trials=4,
                           warn_independent_sampling=False)
     study.sampler = sampler
     trial = study.ask(SPACE.distributions())
@@ -141,11 +146,11 @@ def test_a_choice_of_cost_is_learned_too() -> None:
         return TrainResult(float(config["x"]) ** 2, (), 40.0 if config["batch"] == 64 else 2.0)
 
     def cheap(target: float | None) -> int:
-        n = 0
+        n = 0  # with a target, a time budget too: the cost's weight stays near 1
         for seed in (5, 6, 7):
             tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
                           study="bs", seed=seed, display=None)
-            tuner.run(n_trials=10, target=target)
+            tuner.run(n_trials=10, target=target, timeout=None if target is None else 36_000)
             gp = [t for t in History.from_study(tuner.study)
                   if (t.sampler or {}).get("kind") == "GP"][:4]
             assert len(gp) == 4

@@ -88,7 +88,7 @@ class TuneConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    trainer: str = "lightning"  # lightning | jax | package.module:function
+    trainer: str = "lightning"  # lightning | jax | both | package.module:function
     data: str = "synthetic"  # synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH
     rows: int | None = Field(None, ge=10)  # read at most this many rows (default: all)
     buckets: int | None = Field(None, ge=1)  # hash buckets per field (synthetic 1024, files 2^16)

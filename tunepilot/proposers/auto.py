@@ -294,7 +294,7 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
                   warn_independent_sampling=False)
     if kind == "gp-cost":  # the goal is the clock (`cost`)
         goal = dict(goal or {})
-        return cost.CostGP(rule=cost.rule_for(goal) or "ei-per-s", goal=goal, seed=seed,
+        return cost.CostGP(rule=cost.rule_for(goal) or "trials", goal=goal, seed=seed,
                            n_startup_trials=startup(space) if first is None else first,
                            warn_independent_sampling=False)
     # multivariate: parameters interact; constant liar: other workers' running trials count

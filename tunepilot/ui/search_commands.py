@@ -34,7 +34,8 @@ from tunepilot.ui.app import (
 def run(
     config: ConfigFile = None,
     trainer: Annotated[str | None, typer.Option(
-        help="lightning | jax (built-in CTR task), package.module:function, or "
+        help="lightning | jax | both (built-in CTR task; both: the framework a choice of each "
+        "trial), package.module:function, or "
         "lightning:package.module:factory")] = None,
     data: Annotated[str | None, typer.Option(
         help="synthetic[:ROWS] | criteo:PATH | csv:PATH | parquet:PATH")] = None,

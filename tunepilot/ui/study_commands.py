@@ -49,7 +49,7 @@ def dashboard(
 @app.command()
 def init(
     trainer: Annotated[str, typer.Option(
-        help="lightning | jax (the built-in CTR task), or your package.module:function")]
+        help="lightning | jax | both (the built-in CTR task), or your package.module:function")]
     = "lightning",
     output: Annotated[Path, typer.Option("--output", "-o", help="The file to write")]
     = Path("tune.toml"),
