@@ -64,8 +64,8 @@ SPACES = {
     "nb201": SearchSpace.of(**{f"Op{i}": Categorical(_OPS) for i in range(6)}),
 }
 _LOADED: dict[tuple[str, str], Any] = {}
-# `tp:clock=NAME`: the cost rule with another weight of the cost, (trials done, cap) -> power;
-# `tp:clock=NAME/clipR` (NAME may be empty) also bounds the cost at R x the median.
+# `tp:clock=NAME`: the cost rule with another weight of the cost, (trials done, cap) -> power
+# (a bound on the cost, `/clip10`, was tried and dropped: bench/log/2026-12-06.md).
 WEIGHTS: dict[str, Callable[[int, int], float]] = {
     "ei": lambda n, cap: 1.0,  # plain EI per second
     "half": lambda n, cap: 0.5,
@@ -117,8 +117,7 @@ def table(family: str, dataset: str) -> Table:
 
 
 def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
-                  weight: Callable[[int, int], float] | None = None,
-                  clip: float | None = None) -> list[tuple[float, float]]:
+                  weight: Callable[[int, int], float] | None = None) -> list[tuple[float, float]]:
     import optuna
 
     from tunepilot import TrainResult, Tuner, trainers
@@ -132,9 +131,7 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
         seen.append((loss, seconds))
         return TrainResult(loss, (), max(seconds, 0.01))
 
-    rule_for, cost_weight, cost_range = cost.rule_for, cost.cost_weight, cost.COST_RANGE
-    if clip is not None:
-        cost.COST_RANGE = clip
+    rule_for, cost_weight = cost.rule_for, cost.cost_weight
     if not clock:
         cost.rule_for = lambda goal: None  # type: ignore[assignment]
     elif weight is not None:  # a variant's weight of the cost: (trials done, cap) -> power
@@ -146,7 +143,7 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
                       seed=seed, display=None)
         tuner.run(n_trials=cap, target=t.target)
     finally:
-        cost.rule_for, cost.cost_weight, cost.COST_RANGE = rule_for, cost_weight, cost_range
+        cost.rule_for, cost.cost_weight = rule_for, cost_weight
     return seen
 
 
@@ -183,9 +180,7 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
     start = time.perf_counter()
     if strategy.startswith("tp:"):
         name, _, variant = strategy.partition("=")
-        weight, _, clip = variant.partition("/clip")
-        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(weight),
-                               float(clip) if clip else None)
+        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant))
     else:
         trials = run_peer(strategy, t, seed, cap)
     spent, hit = 0.0, None

@@ -206,8 +206,10 @@ def test_report_and_log_are_written_for_a_run(workdir):
     report = runs_file(workdir, "sqlite:///s.db", "toy-quadratic", ".html")
     html = report.read_text()
     assert "Stopped:</b> budget of 5 trials used" in html
-    # History and the configs' parallel plot (one parameter: no importance).
-    assert "Optimization history" in html and html.count("data:image/png;base64,") == 2
+    # History, loss against the training seconds, and the configs' parallel plot (one
+    # parameter: no importance); each trial's seconds in the table.
+    assert "Optimization history" in html and html.count("data:image/png;base64,") == 3
+    assert "Loss against training seconds" in html and "<th>seconds</th>" in html
     assert "Configs of the completed trials" in html
     assert "No LLM was used." in html
     log = runs_file(workdir, "sqlite:///s.db", "toy-quadratic", ".log").read_text()

@@ -120,3 +120,18 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
     assert "max_connections" in text and "s3cret" not in text
     assert len(heard) == 1 and heard[0].startswith("database unreachable (")
     assert "too many clients" in heard[0] and "retrying for up to 1 s" in heard[0]
+
+
+def test_the_grpc_proxy_is_refused_with_what_would_not_hold(tmp_path):
+    """`tune worker --storage grpc://...`: refused before anything runs, saying which pieces
+    would not hold through Optuna's proxy (docs/overnight.md#past-one-databases-connections)."""
+    from tests.conftest import run_tune
+
+    done = run_tune("worker", "--storage", "grpc://127.0.0.1:13000", "--study", "s",
+                    cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = done.stderr
+    assert "gRPC storage proxy is not supported" in said and "no heartbeat" in said
+    assert "no study lock" in said and "Traceback" not in said
+    assert "docs/overnight.md#past-one-databases-connections" in said
+    assert list(tmp_path.iterdir()) == []  # nothing written

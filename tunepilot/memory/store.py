@@ -50,6 +50,14 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
         _RETRIES[journal] = retry_stale
         return journal
     scheme = url.split(":", 1)[0].split("+", 1)[0]
+    if scheme == "grpc":
+        raise ConfigError(
+            f"Storage {redact(url)!r}: Optuna's gRPC storage proxy is not supported. Through it "
+            "a worker has no heartbeat (a killed worker's trial would stay RUNNING, counted "
+            "against the budget, never retried) and no study lock (two workers could train one "
+            "config at once). Give the workers the database's URL itself: each holds at most "
+            "two connections, and none while it trains (docs/overnight.md#past-one-databases-"
+            "connections).")
     if "://" not in url or scheme not in _RDB_PREFIXES:
         raise ConfigError(
             f"Storage URL {redact(url)!r} is not one tunepilot can open. Use sqlite:///FILE.db "

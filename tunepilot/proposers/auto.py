@@ -23,6 +23,10 @@ bench/README.md#the-default-sampler):
    GP draws now and then and long ones every time. The cost of a GP draw is the last one's,
    grown with the trials since; before any, `FIRST_GP_DRAW_S`.
 
+5. Where the goal is the clock (the run was given `--target` or `--timeout`: `cost`), the GP
+   draws weigh each config's expected improvement against the seconds a second GP expects it
+   to take (bench/README.md#hours-not-trials); with a trial budget alone, as above.
+
 Each trial records which sampler drew it and in how long (`records.sampler`), so a resume and
 every worker apply the rule from the same figures.
 """

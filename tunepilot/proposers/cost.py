@@ -42,9 +42,6 @@ RULES = {
              "as the time budget is spent (CArBO)",
 }
 FLOOR_S = 0.01  # a trial's seconds are modelled as at least this (log of 0 is not a cost)
-# A config expected to cost more (or less) than COST_RANGE x the trials' median weighs as if it
-# cost that much (inf: no bound).
-COST_RANGE = math.inf
 
 
 def seconds(t: Any) -> float:
@@ -128,9 +125,8 @@ class LogCost:
     """A GP of log seconds over the normalized configs: `log_s(x)` its mean (a torch tensor),
     `seconds(x)` the cost it expects (numpy)."""
 
-    def __init__(self, gpr: Any, mean: float, std: float, median: float):
+    def __init__(self, gpr: Any, mean: float, std: float):
         self.gpr, self.mean, self.std = gpr, mean, std
-        self.median = median  # the trials' median log seconds
 
     def log_s(self, x: Any) -> Any:
         mu, _ = self.gpr.posterior(x)
@@ -159,7 +155,7 @@ def fit_cost(x: np.ndarray, costs: np.ndarray, internal_search_space: Any) -> Lo
                                    log_prior=prior.default_log_prior,
                                    minimum_noise=prior.DEFAULT_MINIMUM_NOISE_VAR,
                                    deterministic_objective=False)
-    return LogCost(gpr, mean, std, float(np.median(y)))
+    return LogCost(gpr, mean, std)
 
 
 @functools.cache
@@ -177,12 +173,6 @@ def _per_second() -> Any:
             super().__init__(inner.length_scales, inner.search_space)
 
         def eval_acqf(self, x: Any) -> Any:
-            import torch
-
-            log_ratio = self.cost.log_s(x) - self.cost.median
-            if math.isfinite(COST_RANGE):  # costs past COST_RANGE x the median weigh no more
-                bound = math.log(COST_RANGE)
-                log_ratio = torch.clamp(log_ratio, -bound, bound)
-            return self.inner.eval_acqf(x) - self.weight * log_ratio
+            return self.inner.eval_acqf(x) - self.weight * self.cost.log_s(x)
 
     return PerSecond
