@@ -104,7 +104,6 @@ def choose(history: History, space: SearchSpace | None, number: int,
                    f"the search's time beside trials of {trial_s:.2g} s")
 
 
-
 class Auto(BaseSampler):
     """The default sampler for one trial: it reads the study when the trial starts, picks the
     sampler the rule names (`choose`), and is that sampler from then on."""
