@@ -48,7 +48,7 @@ class Tuner(AskTell):
         >>> def quadratic(config, report):
         ...     return (config["x"] - 2.0) ** 2
         >>> tuner = Tuner(trainers.callable(quadratic), SearchSpace.of(x=Float(-5, 5)),
-        ...               storage="sqlite:///:memory:", study="demo")
+        ...               storage="sqlite:///:memory:", study="demo", display=None)
         >>> tuner.run(n_trials=30, target=0.01).best_value <= 0.01
         True
     """
