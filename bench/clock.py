@@ -240,27 +240,59 @@ def score(runs: Sequence[Mapping[str, Any]], strategy: str, tables: Sequence[tup
 
 def report(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str],
            families: Sequence[str], boot: int = 400) -> str:
-    """The table, per family and pooled (seeds every strategy has for every table)."""
+    """The table, per family and pooled (seeds every strategy has for every table): each
+    strategy's score ± a bootstrap standard error over seeds (misses in brackets), then the
+    first strategy's score over each other's; over the tables where every strategy has a
+    median (the others named), and `per_table` below it."""
     groups = [(f, [(f, d) for d in TABLES[f]]) for f in families]
     groups.append(("pooled", [x for _, ts in groups for x in ts]))
     rng = np.random.default_rng(0)
-    lines = ["| family | strategy | seconds to target | ± se | missed | x tp:clock |",
-             "|---|---|---|---|---|---|"]
+    mine = strategies[0]
+    lines = ["| family | " + " | ".join(strategies) + " | " +
+             " | ".join(f"{mine} / {s}" for s in strategies[1:]) + " |",
+             "|---" * (2 * len(strategies)) + "|"]
     for name, tables in groups:
         seeds = sorted(set.intersection(*[
             {r["seed"] for r in runs if (r["strategy"], r["family"], r["table"]) == (s, f, d)}
             for s in strategies for f, d in tables]) or {0})
-        mine = score(runs, "tp:clock", tables, seeds)
+        # A table where a strategy's median is past the cap (it missed on half the seeds or
+        # more) has no figure for it: the scores are over the tables every strategy has one.
+        judged = [x for x in tables
+                  if all(math.isfinite(score(runs, s, [x], seeds)) for s in strategies)]
+        if not judged:
+            continue
+        left_out = f"; not {', '.join(d for _, d in tables if (_, d) not in judged)}" \
+            if len(judged) < len(tables) else ""
+        tables = judged
+        cells, values = [], {}
         for s in strategies:
-            value = score(runs, s, tables, seeds)
+            values[s] = score(runs, s, tables, seeds)
             draws = [score(runs, s, tables, list(rng.choice(seeds, len(seeds))))
                      for _ in range(boot)]
             finite = [d for d in draws if math.isfinite(d)]
             se = float(np.std(finite)) if len(finite) > 1 else math.nan
             missed = sum(1 for r in runs if r["strategy"] == s and r["seed"] in seeds
                          and (r["family"], r["table"]) in tables and r["train_s"] is None)
-            lines.append(f"| {name} ({len(seeds)} seeds) | {s} | {value:,.0f} | {se:,.0f} | "
-                         f"{missed} | {value / mine:.2f} |")
+            cells.append(f"{values[s]:,.0f} ± {se:,.0f} ({missed})")
+        ratios = [f"{values[mine] / values[s]:.2f}" for s in strategies[1:]]
+        lines.append(f"| {name} ({len(tables)} tables x {len(seeds)} seeds{left_out}) | "
+                     + " | ".join(cells + ratios) + " |")
+    return "\n".join(lines)
+
+
+def per_table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> str:
+    """Each table's median training-seconds per strategy (misses over seeds in brackets)."""
+    lines = ["| table | " + " | ".join(strategies) + " |", "|---" * (len(strategies) + 1) + "|"]
+    for f, datasets in TABLES.items():
+        for d in datasets:
+            cells = []
+            for s in strategies:
+                xs = [math.inf if r["train_s"] is None else r["train_s"] for r in runs
+                      if (r["strategy"], r["family"], r["table"]) == (s, f, d)]
+                if xs:
+                    cells.append(f"{_median(xs):,.0f} ({sum(map(math.isinf, xs))})")
+            if cells:
+                lines.append(f"| {f}/{d} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -287,6 +319,8 @@ def main() -> None:
         runs = benchmark(args.strategies, args.families, seeds, args.cap, args.out, args.jobs)
     runs = [r for r in runs if r["seed"] in seeds and r["cap"] == args.cap]
     print(report(runs, args.strategies, [f for f in args.families if TABLES[f]]))
+    print()
+    print(per_table(runs, args.strategies))
 
 
 if __name__ == "__main__":
