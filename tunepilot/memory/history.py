@@ -72,6 +72,15 @@ class TrialRecord:
         return self.rationale_kind or self.fallback_reason or self.llm_skipped or ""
 
     @property
+    def own_s(self) -> float:
+        """The trial's own time: the trainer's figure where it gave one, else the trial's, less
+        the sampler's draw (a pruned trial's partial time; 0 before it ran). What the default
+        weighs its draws against and, with a target, what a config cost."""
+        if self.train is not None and self.train.wall_time_s:
+            return float(self.train.wall_time_s)
+        return max(0.0, float(self.duration_s or 0.0) - float((self.sampler or {}).get("s") or 0.0))
+
+    @property
     def where(self) -> str:
         """" at FILE:LINE in FUNCTION": where the trainer's code raised its error ("" where
         none was recorded), so a person opens the line to fix."""

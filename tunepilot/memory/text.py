@@ -77,11 +77,10 @@ def cost_words(t: TrialRecord) -> str:
     measured it) and throughput; "" for one not finished or with no time."""
     if t.state not in ("complete", "pruned", "fail"):
         return ""
-    wall = t.train.wall_time_s if t.train is not None and t.train.wall_time_s else t.duration_s
-    if not wall:
+    if not t.own_s:
         return ""
     rate = t.train.samples_per_s if t.train is not None else None
-    return f"; {wall:.1f} s" + (f", {rate:,.0f} samples/s" if rate else "")
+    return f"; {t.own_s:.1f} s" + (f", {rate:,.0f} samples/s" if rate else "")
 
 
 def curve_shape(curve: Sequence[float], pruned: bool = False) -> str:

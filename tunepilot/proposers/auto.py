@@ -84,9 +84,9 @@ def choose(history: History, space: SearchSpace | None, number: int,
         return "lhs", f"the first {first} trials are a Latin hypercube, an even cover"
     done = [t for t in history if t.state in ("complete", "pruned", "fail")
             and t.duration_s is not None]
-    trial_s = statistics.median(cost.seconds(t) for t in done) if done else 0.0
+    trial_s = statistics.median(t.own_s for t in done) if done else 0.0
     spent = sum(float((t.sampler or {}).get("s") or 0.0) for t in history)
-    work = sum(cost.seconds(t) for t in done)
+    work = sum(t.own_s for t in done)
     gp = [(t.number, float(t.sampler["s"])) for t in history
           if t.sampler and t.sampler.get("kind") == "GP" and t.sampler.get("s") is not None]
     expected = (gp[-1][1] * max(1.0, number / max(gp[-1][0], 1)) if gp else FIRST_GP_DRAW_S)

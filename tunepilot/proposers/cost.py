@@ -4,10 +4,10 @@ goal is the clock.
 A user who gives a target (`--target`) or a wall-time budget (`--timeout`) pays for the search in
 seconds, not trials: a config that trains in 20 s and one that trains 20 minutes are not worth
 the same to them. There the default's Gaussian-process draws (`auto`) fit a second GP, to the
-log of each trial's own seconds (`seconds`: the trainer's `wall_time_s` where it gave one, else
-the trial's duration less the sampler's; a pruned trial's partial time and an out-of-memory
-trial's time count as what that config cost), and choose the config with the most expected
-improvement per expected second raised to a power (`RULES`):
+log of each trial's own seconds (`TrialRecord.own_s`: the trainer's `wall_time_s` where it
+gave one, else the trial's duration less the sampler's; a pruned trial's partial time and an
+out-of-memory trial's time count as what that config cost), and choose the config with the most
+expected improvement per expected second raised to a power (`RULES`):
 
 - `trials` (a target, no time budget): log EI - w log cost, the weight w cooled from 1 to 0
   over the trial budget (1 - trials done / `--n-trials`): cheap configs first, then the model's
@@ -42,14 +42,6 @@ RULES = {
              "as the time budget is spent (CArBO)",
 }
 FLOOR_S = 0.01  # a trial's seconds are modelled as at least this (log of 0 is not a cost)
-
-
-def seconds(t: Any) -> float:
-    """A trial's own time (a `TrialRecord`): the trainer's figure where it gave one, else the
-    trial's, less the sampler's draw."""
-    if t.train is not None and t.train.wall_time_s:
-        return float(t.train.wall_time_s)
-    return max(0.0, float(t.duration_s or 0.0) - float((t.sampler or {}).get("s") or 0.0))
 
 
 def rule_for(goal: Mapping[str, Any]) -> str | None:
@@ -105,7 +97,7 @@ class CostGP(GP):
             completed_trials, gprs_list, internal_search_space, normalized_params, *args)
         from tunepilot.memory.history import TrialRecord
 
-        costs = np.array([max(FLOOR_S, seconds(TrialRecord.from_frozen(t)))
+        costs = np.array([max(FLOOR_S, TrialRecord.from_frozen(t).own_s)
                           for t in completed_trials])
         self.weight = cost_weight(self.rule, self.goal, float(costs.sum()), len(costs))
         model = fit_cost(normalized_params, costs, internal_search_space)

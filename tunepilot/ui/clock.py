@@ -9,7 +9,6 @@ import statistics
 from tunepilot.memory import History
 from tunepilot.memory.history import TrialRecord
 from tunepilot.memory.text import plural
-from tunepilot.proposers.cost import seconds
 
 
 def framework_lines(history: History) -> list[str]:
@@ -23,10 +22,9 @@ def framework_lines(history: History) -> list[str]:
                       key=lambda t: float(t.value or 0.0), default=None)
             for name, trials in by.items()}
     lines = []
-    for name in sorted(by, key=lambda n: float("inf") if best[n] is None
-                       else float(best[n].value or 0.0)):  # type: ignore[union-attr]
-        top = best[name]
-        per_epoch = [seconds(t) / len(t.curve) for t in by[name] if t.curve and seconds(t) > 0]
+    for name, top in sorted(best.items(), key=lambda kv: float("inf") if kv[1] is None
+                            else float(kv[1].value or 0.0)):
+        per_epoch = [t.own_s / len(t.curve) for t in by[name] if t.curve and t.own_s > 0]
         epoch = f", {statistics.median(per_epoch):.2f} s an epoch (median)" if per_epoch else ""
         said = (f"best {top.value:.4f} (trial {top.number})" if top is not None
                 else "no trial completed")
@@ -37,7 +35,7 @@ def framework_lines(history: History) -> list[str]:
         for t in history:
             if t.state not in ("complete", "pruned", "fail"):
                 continue
-            spent += seconds(t)
+            spent += t.own_s
             if t.value is not None and t.value <= target and "framework" in t.params:
                 lines.append(f"target {target:g} first reached with {t.params['framework']} "
                              f"(trial {t.number}, after {spent:.0f} s of training)")

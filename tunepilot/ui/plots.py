@@ -140,15 +140,13 @@ def clock_figure(history: History) -> Figure:
     own seconds added up in number order, a stopped one's partial time included), and the best
     so far: what the search bought per hour. Trials are coloured by framework where the space
     chose one."""
-    from tunepilot.proposers.cost import seconds
-
     fig, ax = _figure()
     spent, best, xs, ys = 0.0, float("inf"), [], []
     points: dict[str, list[tuple[float, float]]] = {}
     for t in history:
         if t.state not in ("complete", "pruned", "fail"):
             continue
-        spent += seconds(t)
+        spent += t.own_s
         value = t.value if t.value is not None else (t.curve[-1] if t.curve else None)
         if value is None:
             continue
