@@ -9,7 +9,8 @@ default, every strategy on the same problems and seeds in one run.
 Strategies: the peers of `bench/peers.py` (optuna-tpe, optuna-gp, random, hyperopt, smac,
 hebo, ax, each with its own defaults) and tunepilot's samplers by their `--sampler` names
 (`tp:auto`, `tp:tpe`, `tp:gp`...), run through `tunepilot.Tuner` as `tune run` runs them (the
-declared default as the space's `default`, trial 0).
+declared default as the space's `default`, trial 0); `model:EXPERT` and `model+cal:EXPERT` are
+the default with a model of known quality beside it (`bench/reviewed.py`).
 
 It prints, per family and pooled over the families (each family weighs the same): the rank of
 the best config found (by the loss the optimizer saw; scored by its noise-free loss) at each
@@ -132,9 +133,11 @@ PEER = "optuna-tpe"  # the paired differences are against Optuna as it comes
 TRIAL_S = 60.0  # what a look-up says it took (see `run_tunepilot`)
 
 
-def run_tunepilot(sampler: str, p: Problem, seed: int, budget: int) -> list[Trial]:
+def run_tunepilot(sampler: str, p: Problem, seed: int, budget: int, llm: Any = None,
+                  proposers: list[str] | None = None, **tuner_kw: Any) -> list[Trial]:
     """`tune run`'s engine on `p`: a `Tuner` with the sampler by name, the problem's default
-    as the space's default (trial 0), no pruning (one value per trial)."""
+    as the space's default (trial 0), no pruning (one value per trial); with `llm` and
+    `tuner_kw` (strategy...), a model beside it, each trial's proposer put in `proposers`."""
     from tunepilot import SearchSpace, TrainResult, Tuner, trainers
 
     space = p.space
@@ -159,9 +162,11 @@ def run_tunepilot(sampler: str, p: Problem, seed: int, budget: int) -> list[Tria
     # runs it (and no other study is there to warm-start from).
     tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
                   study=f"{p.family}-{p.name}-{seed}", sampler=sampler, pruner="none",
-                  seed=seed, display=None)
+                  seed=seed, display=None, llm=llm, **tuner_kw)
     start = time.perf_counter()
-    tuner.run(n_trials=budget)
+    result = tuner.run(n_trials=budget)
+    if proposers is not None:
+        proposers += [t.proposer for t in sorted(result.history, key=lambda t: t.number)]
     own = (time.perf_counter() - start - spent[0]) / max(len(out), 1)
     for t in out:
         t.sampler_s = own
@@ -178,8 +183,16 @@ def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]
     strategy, family, name, seed, declared = key
     _variants()
     p = problem(family, name, seed, declared)
+    proposers: list[str] = []
+    extra: Mapping[str, Any] = {}
     if strategy.startswith("tp:"):
         trials = run_tunepilot(strategy.removeprefix("tp:"), p, seed, budget)
+    elif strategy.startswith("model"):  # the default with an expert beside it
+        from reviewed import with_expert
+
+        trials, extra = with_expert(strategy, p, seed, lambda **kw: run_tunepilot(
+            "auto", p, seed, budget, proposers=proposers, **kw))
+        extra = {**extra, "llm_trials": proposers.count("llm")}
     else:
         trials = PEERS[strategy](p, seed, budget)
     best, ranks = math.inf, []
@@ -191,7 +204,7 @@ def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]
     return {"strategy": strategy, "family": family, "problem": name, "seed": seed,
             "declared": declared, "budget": budget, "ranks": ranks,
             "true": [t.true for t in trials], "sampler_s": [round(t.sampler_s, 4) for t in trials],
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "date": time.strftime("%Y-%m-%d %H:%M"), **extra}
 
 
 def _key(r: Mapping[str, Any]) -> tuple[str, str, str, int, bool]:

@@ -48,37 +48,66 @@ NEAR = [{"x": 2.0, "opt": "adam"}, {"x": 2.3, "opt": "adam"}, {"x": 1.6, "opt": 
 FAR = [{"x": -10.0, "opt": "adam"}, {"x": -9.7, "opt": "sgd"}, {"x": -9.4, "opt": "sgd"}]
 
 
-def test_the_opening_runs_first_in_place_of_the_samplers_draws_and_wins_its_record():
+def test_the_opening_runs_config_by_config_while_each_beats_the_samplers_and_wins_its_record():
     lines = Lines()
     with ScriptedLLMServer(_model(NEAR)) as server:
         result = _tuner(server, display=lines).run(n_trials=30)  # a tenth: 3 configs
         (first,) = [r for r in server.requests if "configs" in json.dumps(r)][:1]
     h = result.history
-    assert [dict(t.params) for t in h.trials[:3]] == NEAR
-    assert [(t.proposer, t.opening) for t in h.trials[:4]] == [
-        ("llm", 1), ("llm", 2), ("llm", 3), ("optuna", None)]
+    # No declared default: its first config is trial 0, judged after the sampler's first draw
+    # (trial 1); it beat it, so the next config runs, and beat the median again, so the last.
+    assert [(t.proposer, t.opening) for t in h.trials[:5]] == [
+        ("llm", 1), ("optuna", None), ("llm", 2), ("llm", 3), ("optuna", None)]
+    assert [dict(h[n].params) for n in (0, 2, 3)] == NEAR
     # One turn asked for all three: its cost sits on the first trial, once.
-    assert h.trials[0].llm.latency_s is not None and h.trials[1].llm.latency_s is None
-    assert h.opening == {"asked": 3, "model": "gpt-4o-mini", "taken": 3, "error": None}
+    assert h.trials[0].llm.latency_s is not None and h.trials[2].llm.latency_s is None
+    assert h.trials[2].llm.model == "gpt-4o-mini"
+    assert h.opening == {"asked": 3, "model": "gpt-4o-mini", "taken": 3, "error": None,
+                         "held": [], "rationale": "Settings known to work on such problems."}
     system = first["messages"][0]["content"]
     assert "first 3 configurations" in system and "Propose the first 3" in \
         first["messages"][1]["content"]
-    # Judged against the sampler's first trials (the draws they replaced): all three won, so
-    # the model's share of overrides grew past the 30% of no record.
+    # Judged against the sampler's trials near them: all three won, so the model's share of
+    # overrides grew past the 30% of no record.
     record = trust.record(h)
-    assert [j.number for j in record.judged if j.won][:3] == [0, 1, 2]
+    assert [j.number for j in record.judged if j.won][:3] == [0, 2, 3]
     assert record.share > 0.5, record
-    assert any(line.startswith("LLM opening: 3 of 3 configs asked for, as trials 0-2 (")
-               for line in lines.lines), lines.lines
+    said = "LLM opening: 3 of 3 configs asked for, the first as trial 0; its other 2 run one at"
+    assert any(line.startswith(said) for line in lines.lines), lines.lines
 
 
-def test_a_bad_opening_puts_the_model_at_the_floor_within_the_first_six_trials():
+def test_a_bad_opening_spends_one_trial_and_says_the_rest_are_not_run():
+    lines = Lines()
     with ScriptedLLMServer(_model(FAR)) as server:
-        result = _tuner(server).run(n_trials=30)
+        result = _tuner(server, display=lines).run(n_trials=30)
     h = result.history
-    early = trust.record(type(h)(h.trials[:6]))  # the opening and 3 sampler trials
-    assert [(j.number, j.won) for j in early.judged] == [(0, False), (1, False), (2, False)]
-    assert early.share == trust.FLOOR  # a probe in 20 trials from here on
+    assert [t.number for t in h if t.opening is not None] == [0]
+    assert h.opening["held"] == [] and h.opening["not_run"] == 2
+    assert [(j.number, j.won) for j in trust.record(h).judged][:1] == [(0, False)]
+    said = [line for line in lines.lines if "did not beat" in line]
+    assert len(said) == 1 and said[0].startswith(
+        "LLM opening: its config 1 (trial 0: 144, against their median "), said
+    assert "its other 2 configs are not run" in said[0]
+
+
+def test_with_a_declared_default_the_opening_is_judged_against_it_first():
+    from tunepilot import Categorical, Float, SearchSpace
+
+    space = SearchSpace.of(x=Float(-10.0, 10.0, default=5.0),
+                           opt=Categorical(["adam", "sgd"], default="adam"))
+    with ScriptedLLMServer(_model(NEAR)) as server:
+        good = Tuner(trainers.callable(quadratic), space, storage="sqlite:///:memory:",
+                     study="t", llm=chat(server), strategy="review", sampler="tpe",
+                     pruner="none", display=None, seed=3).run(n_trials=30).history
+    with ScriptedLLMServer(_model(FAR)) as server:
+        bad = Tuner(trainers.callable(quadratic), space, storage="sqlite:///:memory:",
+                    study="t", llm=chat(server), strategy="review", sampler="tpe",
+                    pruner="none", display=None, seed=3).run(n_trials=30).history
+    # The default (x = 5: 9) is trial 0; each config near the optimum beats it in turn.
+    assert [t.opening for t in good.trials[:5]] == [None, 1, 2, 3, None]
+    # A config far from it (x = -10: 144) loses to the default at once.
+    assert [t.opening for t in bad.trials[:3]] == [None, 1, None]
+    assert bad.opening["not_run"] == 2
 
 
 def test_an_opening_with_no_valid_answer_counts_once_and_the_sampler_starts_alone():
@@ -132,7 +161,7 @@ def test_an_opening_config_out_of_the_space_or_repeated_is_sent_back_with_the_re
     assert "Your previous answer was rejected" in prompts[1]
     assert "'x': 50 is outside [-10, 10]" in prompts[1]
     assert "repeats another one" in prompts[2]
-    assert [dict(t.params) for t in result.history.trials[:2]] == [
+    assert [dict(result.history[n].params) for n in (0, 2)] == [  # the sampler's between
         {"x": 1.0, "opt": "adam"}, {"x": 3.0, "opt": "adam"}]
 
 

@@ -14,6 +14,7 @@ import optuna
 from optuna.storages._heartbeat import is_heartbeat_enabled
 from optuna.trial import TrialState
 
+from tunepilot.agent import opening
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
@@ -241,6 +242,7 @@ class Loop:
             lock.acquire()
             try:
                 history = History.from_study(study)
+                opening.release(study, history, self.display.say)
                 if finished is not None:
                     self.display.trial_end(history[finished.number]
                                            if finished.number < len(history) else None, history)

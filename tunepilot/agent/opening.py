@@ -5,6 +5,8 @@ one experiment, and Optuna's log lines while a display shows the same trials."""
 from __future__ import annotations
 
 import contextlib
+import math
+import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +15,7 @@ import optuna
 from tunepilot.errors import ConfigError
 from tunepilot.memory import History, lookup, records
 from tunepilot.memory.identity import differences, identity
+from tunepilot.memory.text import plural
 from tunepilot.space import SearchSpace
 
 if TYPE_CHECKING:
@@ -78,10 +81,12 @@ def first_trials(study: optuna.Study, space: SearchSpace,
 
 def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: int,
                 lock: StudyLock, say: Callable[[str], None]) -> None:
-    """A new study's zero-shot opening: one turn asks the model for its first `k` configs,
-    queued after the defaults and `start` configs, in place of the sampler's first draws
-    (judged as its trials: `memory.trust`). Once per study: the first process to start a
-    new study asks; others (workers joining) go on with the sampler meanwhile."""
+    """A new study's zero-shot opening: one turn asks the model for its first `k` configs, in
+    place of the sampler's first draws (judged as its trials: `memory.trust`). Its first config
+    is queued after the defaults and `start` configs; the others are held and run one at a time
+    while each before them beats the trials the model did not propose (`release`). Once per
+    study: the first process to start a new study asks; others (workers joining) go on with the
+    sampler meanwhile."""
     from tunepilot.proposers.suggest import SuggestionFailed
 
     with lock:  # claimed in one step across workers; the model is asked outside the lock
@@ -96,17 +101,51 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
                                 "error": str(e)})
         say(f"LLM opening: none ({_short(str(e))}); the sampler starts alone")
         return
-    records.enqueue_opening(study, answer.configs, answer.rationale, answer.meta)
-    records.opening(study, {"asked": k, "model": llm.model_name, "taken": len(answer.configs),
-                            "error": None})
-    if answer.configs:
-        first = len(queued)
-        trials = (f"trial {first}" if len(answer.configs) == 1
-                  else f"trials {first}-{first + len(answer.configs) - 1}")
-        say(f"LLM opening: {len(answer.configs)} of {k} configs asked for, as {trials}"
-            + (f" ({answer.rationale})" if answer.rationale else ""))
-    else:
+    configs = [dict(c) for c in answer.configs]
+    records.enqueue_opening(study, configs[:1], answer.rationale, answer.meta)
+    records.opening(study, {"asked": k, "model": llm.model_name, "taken": len(configs),
+                            "error": None, "held": configs[1:],
+                            "rationale": answer.rationale})
+    if not configs:
         say("LLM opening: the model proposed none; the sampler starts alone")
+        return
+    rest = ("" if len(configs) == 1 else
+            f"; its other {len(configs) - 1} run one at a time, each while the one before "
+            "beats the median of the trials the model did not propose")
+    say(f"LLM opening: {len(configs)} of {k} configs asked for, the first as trial "
+        f"{len(queued)}{rest}" + (f" ({answer.rationale})" if answer.rationale else ""))
+
+
+def release(study: optuna.Study, history: History, say: Callable[[str], None]) -> None:
+    """The opening's next held config, queued once the one before it finished and beat the
+    median of the finished trials the model did not propose (the declared defaults, the
+    sampler's draws): a model that opens badly spends one trial, not its whole opening, beside
+    an engine that loses each trial it gives away. None of them finished yet: the sampler takes
+    the next turn, and the config is judged after it. A config that lost (or was pruned, or
+    failed) ends the opening, said once. Call it holding the study's lock."""
+    held = list(history.opening.get("held") or [])
+    ran = [t for t in history if t.opening is not None]
+    if not held or not ran or any(t.state not in ("complete", "pruned", "fail") for t in ran):
+        return
+    last = max(ran, key=lambda t: t.number)
+    others = [t.value for t in history
+              if t.proposer != "llm" and t.state == "complete" and t.value is not None]
+    if last.state == "complete" and not others:
+        return
+    median = statistics.median(others) if others else math.inf
+    record = dict(history.opening)
+    if last.state == "complete" and last.value is not None and last.value <= median:
+        records.enqueue_opening(study, held[:1], record.get("rationale"),
+                                {"llm": {"model": record.get("model")}},
+                                first=(last.opening or 0) + 1)
+        records.opening(study, {**record, "held": held[1:]})
+        return
+    records.opening(study, {**record, "held": [], "not_run": len(held)})
+    how = (f"{last.value:.4g}, against their median {median:.4g}"
+           if last.state == "complete" else last.state)
+    say(f"LLM opening: its config {last.opening} (trial {last.number}: {how}) did not beat the "
+        f"trials the model did not propose, so its other {plural(len(held), 'config')} are not "
+        "run; the sampler takes their turns and the model reviews on the share its record earns")
 
 
 def _short(text: str, n: int = 120) -> str:

@@ -137,15 +137,16 @@ def enqueue(study: optuna.Study, params: Mapping[str, Any], proposer: attrs.Prop
 
 
 def enqueue_opening(study: optuna.Study, configs: list[dict[str, Any]],
-                    rationale: str | None, meta: Mapping[str, Any]) -> None:
-    """Queues the LLM's opening configs as its proposals; the turn's cost (`meta`'s "llm")
-    goes on the first, so the study's LLM time and spend count it once."""
+                    rationale: str | None, meta: Mapping[str, Any], first: int = 1) -> None:
+    """Queues the LLM's opening configs as its proposals, the first of them config `first` of
+    the opening; the turn's cost (`meta`'s "llm") goes on the first, so the study's LLM time and
+    spend count it once."""
     turn = dict(meta.get(attrs.LLM) or {})
     for i, config in enumerate(configs):
         agent = dict(turn) if i == 0 else {"model": turn.get("model")}
         if rationale:
             agent[attrs.RATIONALE] = rationale
-        values: dict[str, Any] = {attrs.PROPOSER: "llm", attrs.OPENING_TRIAL: i + 1,
+        values: dict[str, Any] = {attrs.PROPOSER: "llm", attrs.OPENING_TRIAL: first + i,
                                   attrs.LLM: agent, attrs.PROPOSED: dict(config)}
         if rationale:
             values[attrs.FLAT_RATIONALE] = rationale
