@@ -452,3 +452,32 @@ def test_workers_started_together_on_a_fresh_database_all_open_it(tmp_path, kind
                               stderr=subprocess.PIPE) for _ in range(4)]
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
+
+
+def test_a_worker_with_nothing_left_waits_for_the_others_and_no_longer():
+    """`wait_for`: while the trials it waits for run, it sleeps; it returns True as soon as they
+    have ended with nothing queued (the worker exits then, not a heartbeat later), and False
+    when a trial is queued again (a dead worker's, for it to run) or its time is up."""
+    import threading
+
+    from tunepilot.agent.loop import WAIT_POLL_S, wait_for
+
+    study = optuna.create_study()
+    running = study.ask()
+    ends = threading.Timer(0.6, lambda: study.tell(running, 1.0))
+    start = time.monotonic()
+    ends.start()
+    assert wait_for(study, {running.number}, longest=30.0) is True
+    assert time.monotonic() - start < 0.6 + 2 * WAIT_POLL_S
+
+    other = study.ask()
+    threading.Timer(0.6, lambda: study.enqueue_trial({"x": 1.0})).start()
+    assert wait_for(study, {other.number}, longest=30.0) is False  # a trial to run
+    assert [t.state for t in study.trials][-1] == TrialState.WAITING
+    assert wait_for(study, {other.number}, longest=1.0) is False  # still queued
+    study.tell(other, 2.0)
+    study.tell(study.ask(), 3.0)
+    third = study.ask()
+    start = time.monotonic()
+    assert wait_for(study, {third.number}, longest=1.0) is False  # still running: time up
+    assert time.monotonic() - start >= 1.0

@@ -262,10 +262,18 @@ class Loop:
             # The budget is taken, but by trials still running elsewhere: if one of their
             # workers died, its trial turns stale and is queued again, and this worker should
             # run it. Wait for them. (Trials of a person's own loop have no heartbeat: not them.)
-            self.stop = None
+            budget, self.stop = self.stop, None
             lock.release()
             self.display.waiting([t.number for t in others])
-            time.sleep(getattr(study._storage, "get_heartbeat_interval", lambda: None)() or 10)
+            if wait_for(study, {t.number for t in others},
+                        getattr(study._storage, "get_heartbeat_interval", lambda: None)() or 10):
+                # All ended and none queued again: nothing left to run, no lock needed (every
+                # waiting worker taking it in turn to learn that cost seconds at the end).
+                history = History.from_study(study)
+                self.stop = self._recorded(history) or self.rules.study_stop(history) or budget
+                if in_optimize:
+                    study.stop()
+                return False
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 optuna.storages.fail_stale_trials(study)
@@ -282,6 +290,28 @@ class Loop:
         if history.stop is None:
             return None
         return self.decided if history.stop == self.decided else history.stop.from_elsewhere()
+
+
+WAIT_POLL_S = 0.5  # how often a worker with no trial left looks whether the others' ended
+
+
+def wait_for(study: optuna.Study, numbers: set[int], longest: float) -> bool:
+    """Sleeps while the trials `numbers` run, for at most `longest` seconds (a heartbeat's
+    interval: time to look for trials whose workers died); True when all of them ended and no
+    trial is queued (nothing left for this worker), False when a trial is queued again or the
+    time is up. Each look is one read of the study's running and queued trials, every
+    `WAIT_POLL_S`, so a worker exits within that of the last trial's end (it slept a whole
+    heartbeat before: bench/README.md#several-workers)."""
+    end = time.monotonic() + longest
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(WAIT_POLL_S, left))
+        trials = study._storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        if any(t.state == TrialState.WAITING for t in trials):
+            return False
+        if not numbers & {t.number for t in trials}:
+            return True
+    return False
 
 
 class EarlyHeartbeat:

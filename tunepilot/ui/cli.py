@@ -9,6 +9,7 @@ needs them, so `tune --help` stays fast.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import typer
@@ -45,6 +46,12 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    finally:
+        # The command is done (its files closed, its output flushed at exit as always): left is
+        # the interpreter's last collection of the process's objects, 0.2-0.3 s of CPU, paid by
+        # every worker as it exits (16 at once on two cores: seconds). Frozen, they are left to
+        # the operating system, which frees them with the process.
+        gc.freeze()
 
 
 if __name__ == "__main__":
