@@ -636,3 +636,29 @@ def test_the_latin_hypercube_draws_what_scipys_draws(block):
     latin = auto.Latin(None, 5, seed=1234)
     seed = 1234 if block == 0 else np.random.default_rng([1234, block])
     assert np.array_equal(latin.design(block, 3), qmc.LatinHypercube(3, seed=seed).random(5))
+
+
+def test_a_gp_draw_runs_torch_on_one_thread_and_leaves_the_trainers_threads_as_they_were():
+    import torch
+
+    from tunepilot.proposers import gp
+
+    seen: list[int] = []
+    during: list[int] = []
+
+    def train(config, report):
+        seen.append(torch.get_num_threads())
+        return (config["x"] - 1.0) ** 2
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with gp.one_thread():
+            during.append(torch.get_num_threads())
+        Tuner(trainers.callable(train), SearchSpace.of(x=Float(-5.0, 5.0)),
+              storage="sqlite:///:memory:", study="threads", sampler="gp", pruner="none",
+              seed=0, display=None).run(n_trials=6)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert during == [1] and seen == [2] * 6, (during, seen)

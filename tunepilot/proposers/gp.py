@@ -4,10 +4,11 @@ rates best (where `auto.NearBest` draws near, with `anchor="model"`)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,14 +55,36 @@ class GP(GPSampler):
         study = attrs.whole(study)
         view = _with_stopped(study)
         if not hasattr(self, "_gprs_cache_list"):  # an Optuna that keeps no kernel
-            return super().sample_relative(view, trial, search_space)
+            with one_thread():
+                return super().sample_relative(view, trial, search_space)
         if self._gprs_cache_list is None:
             self._gprs_cache_list = last_kernel(study)
         try:
-            return super().sample_relative(view, trial, search_space)
+            with one_thread():
+                return super().sample_relative(view, trial, search_space)
         finally:
             if self._gprs_cache_list is not None:
                 _KERNELS.setdefault(study._storage, {})[study._study_id] = self._gprs_cache_list
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one thread for a GP draw, as many as before afterwards (a trainer in this
+    process keeps its own). A study's GP is a few hundred points at most: more threads only
+    add their start and their spinning, more so beside other workers on the same cores (10
+    parameters, 60 trials: 5.5 CPU-s on one thread, 11.0 on two; bench/README.md#several-workers).
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _with_stopped(study: optuna.Study) -> optuna.Study:
@@ -144,7 +167,7 @@ def model_best(study: optuna.Study, done: list[FrozenTrial],
     y = (y - y.mean()) / max(float(y.std()), 1e-12)
     cats = internal.is_categorical
     cached = last_kernel(study)
-    with torch.device("cpu"):
+    with torch.device("cpu"), one_thread():
         if cached and len(cached[0].inverse_squared_lengthscales) == internal.dim:
             gpr = gp.GPRegressor(torch.from_numpy(cats), torch.from_numpy(x), torch.from_numpy(y),
                                  cached[0].inverse_squared_lengthscales, cached[0].kernel_scale,
