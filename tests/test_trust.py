@@ -38,6 +38,16 @@ def test_an_llm_trial_wins_when_it_beats_the_median_of_the_nearest_sampler_trial
     assert judged[0].why == "beat the median (4) of #0 #1 #2 #3 #4 #5"
 
 
+def test_a_tie_with_the_median_is_not_a_win():
+    # A plateau: most of the sampler's trials and a config from the worst of the space all
+    # read the majority-class loss; the model's trial at that loss did not beat anything.
+    sampler = [_t(i, "optuna", v) for i, v in enumerate([0.37, 0.37, 0.03, 0.37, 0.37])]
+    h = _history(*sampler, _t(5, "llm", 0.37), _t(6, "llm", 0.02))
+    judged = trust.record(h).judged
+    assert [(j.number, j.won) for j in judged] == [(5, False), (6, True)]
+    assert judged[0].why.startswith("lost to the median (0.37)")
+
+
 def test_only_the_ten_nearest_sampler_trials_count_before_or_after():
     # 30 sampler trials with losses falling as the search goes on; an LLM trial at #12 is
     # judged against #7-#11 and #13-#17 (the stage it ran at), not the whole study.

@@ -117,8 +117,8 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
 
 
 def release(study: optuna.Study, history: History, say: Callable[[str], None]) -> None:
-    """The opening's next held config, queued once the one before it finished and beat the
-    median of the finished trials the model did not propose (the declared defaults, the
+    """The opening's next held config, queued once the one before it finished and beat (a tie is
+    not a win: `memory.trust`) the median of the finished trials the model did not propose (the declared defaults, the
     sampler's draws): a model that opens badly spends one trial, not its whole opening, beside
     an engine that loses each trial it gives away. None of them finished yet: the sampler takes
     the next turn, and the config is judged after it. A config that lost (or was pruned, or
@@ -134,7 +134,7 @@ def release(study: optuna.Study, history: History, say: Callable[[str], None]) -
         return
     median = statistics.median(others) if others else math.inf
     record = dict(history.opening)
-    if last.state == "complete" and last.value is not None and last.value <= median:
+    if last.state == "complete" and last.value is not None and last.value < median:
         records.enqueue_opening(study, held[:1], record.get("rationale"),
                                 {"llm": {"model": record.get("model")}},
                                 first=(last.opening or 0) + 1)

@@ -6,10 +6,12 @@ The rule (tests/test_trust.py):
 
 - Judged: each trial the LLM proposed (an override of the sampler's candidate, or a proposal of
   its own), once finished; and each turn that ended with no valid answer from it.
-- A complete trial *wins* when its loss is at or under the median loss of the sampler's own
-  trials nearest to it in trial number (up to `PEERS`, before or after it; complete or pruned,
-  a pruned one counting as worse than any complete one), that is, when it beat the sampler's
-  typical trial of the same stage of the search. It waits to be judged until `MIN_PEERS`
+- A complete trial *wins* when its loss is under the median loss of the sampler's own trials
+  nearest to it in trial number (up to `PEERS`, before or after it; complete or pruned, a
+  pruned one counting as worse than any complete one), that is, when it beat the sampler's
+  typical trial of the same stage of the search. A tie is not a win: on a plateau (a classifier
+  that predicts the majority class over most of the space) the worst configs tie with the
+  median, and a model that proposed them earned most of the turns (bench/README.md). It waits to be judged until `MIN_PEERS`
   sampler trials have finished.
 - A pruned or failed LLM trial loses (the pruner found it below the median at its step, or it
   crashed or diverged), and so does a turn with no valid answer. An outage of the model's
@@ -154,6 +156,6 @@ def _judge(t: TrialRecord, peers: Sequence[TrialRecord],
     values = [p.value if p.state == "complete" and p.value is not None else math.inf
               for p in near]
     median = statistics.median(values)
-    return Judged(t.number, t.value <= median,
-                  f"{'beat' if t.value <= median else 'lost to'} the median ({median:.4g}) of "
+    return Judged(t.number, t.value < median,
+                  f"{'beat' if t.value < median else 'lost to'} the median ({median:.4g}) of "
                   + " ".join(f"#{p.number}" for p in sorted(near, key=lambda p: p.number)))
