@@ -662,3 +662,26 @@ def test_a_gp_draw_runs_torch_on_one_thread_and_leaves_the_trainers_threads_as_t
     finally:
         torch.set_num_threads(before)
     assert during == [1] and seen == [2] * 6, (during, seen)
+
+
+@pytest.mark.parametrize("n_trials, warms", [(None, True), (40, True), (3, False)])
+def test_the_start_up_imports_what_a_gp_draw_needs_while_its_trials_train(n_trials, warms):
+    """While the default's start-up draws (no GP), what the GP draws after them import is
+    imported in the background; not where the budget ends within the start-up."""
+    import sys
+
+    from tunepilot.memory import records
+    from tunepilot.proposers import auto, gp
+
+    imported = "optuna._gp.gp" in sys.modules
+    space = SearchSpace.of(x=Float(-5.0, 5.0), y=Float(-5.0, 5.0))
+    study = optuna.create_study()
+    if n_trials is not None:
+        records.goal(study, {"target": None, "timeout": None, "n_trials": n_trials})
+    sampler = auto.Auto(0, space, 0)
+    started = len(gp._WARMING)
+    sampler.before_trial(study, study.ask()._cached_frozen_trial)
+    assert sampler.warm is warms
+    assert auto.startup(space) > 3  # the budget of 3 ends within it
+    if warms and not imported and not started:  # the first warm-up of this process
+        assert len(gp._WARMING) == 1 and gp._WARMING[0].name == "tunepilot-gp-imports"

@@ -117,12 +117,13 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
 
 
 def release(study: optuna.Study, history: History, say: Callable[[str], None]) -> None:
-    """The opening's next held config, queued once the one before it finished and beat (a tie is
-    not a win: `memory.trust`) the median of the finished trials the model did not propose (the declared defaults, the
-    sampler's draws): a model that opens badly spends one trial, not its whole opening, beside
-    an engine that loses each trial it gives away. None of them finished yet: the sampler takes
-    the next turn, and the config is judged after it. A config that lost (or was pruned, or
-    failed) ends the opening, said once. Call it holding the study's lock."""
+    """The opening's next held config, queued once the one before it finished and beat the
+    median of the finished trials the model did not propose (the declared defaults, the
+    sampler's draws; a tie is not a win, as in `memory.trust`): a model that opens badly spends
+    one trial, not its whole opening, beside an engine that loses each trial it gives away.
+    None of them finished yet: the sampler takes the next turn, and the config is judged after
+    it. A config that lost (or was pruned, or failed) ends the opening, said once. Call it
+    holding the study's lock."""
     held = list(history.opening.get("held") or [])
     ran = [t for t in history if t.opening is not None]
     if not held or not ran or any(t.state not in ("complete", "pruned", "fail") for t in ran):

@@ -11,8 +11,8 @@ The rule (tests/test_trust.py):
   pruned one counting as worse than any complete one), that is, when it beat the sampler's
   typical trial of the same stage of the search. A tie is not a win: on a plateau (a classifier
   that predicts the majority class over most of the space) the worst configs tie with the
-  median, and a model that proposed them earned most of the turns (bench/README.md). It waits to be judged until `MIN_PEERS`
-  sampler trials have finished.
+  median, and a model that proposed them earned most of the turns (bench/README.md). It waits
+  to be judged until `MIN_PEERS` sampler trials have finished.
 - A pruned or failed LLM trial loses (the pruner found it below the median at its step, or it
   crashed or diverged), and so does a turn with no valid answer. An outage of the model's
   server is not the model's judgement and does not count.

@@ -118,11 +118,16 @@ class Auto(BaseSampler):
         self.every = every
         self.inner: BaseSampler | None = None
         self.why = ""
+        self.warm = False
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
             history = History.from_study(study)
             kind, self.why = choose(history, self.space, self.number, self.first, self.every)
+            budget = history.goal.get("n_trials")
+            # The start-up's draws need no GP, but the trials after them will: what a GP draw
+            # imports is imported meanwhile, while this trial trains.
+            self.warm = kind == "lhs" and (budget is None or budget > self.first)
             if kind == "lhs" and callable(self.start):  # a benchmark's other start-up
                 self.inner = self.start(self.seed, self.space, self.number, self.first)
             else:
@@ -147,6 +152,10 @@ class Auto(BaseSampler):
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self._pick(study).before_trial(study, trial)
+        if self.warm:
+            from tunepilot.proposers.gp import warm_up
+
+            warm_up()
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Any) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import sys
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -65,6 +67,31 @@ class GP(GPSampler):
         finally:
             if self._gprs_cache_list is not None:
                 _KERNELS.setdefault(study._storage, {})[study._study_id] = self._gprs_cache_list
+
+
+_WARMING: list[threading.Thread] = []  # the one warm-up thread of this process, once started
+
+
+def warm_up() -> None:
+    """Imports what a GP draw needs (torch, Optuna's GP and scipy's optimizer: 1.5-2 s of CPU)
+    in a background thread, once a process: the default sampler starts it with its start-up's
+    first trial, so the first GP draw after them does not pay for it (16 workers on two cores
+    each paid it at their first GP draw, in turns: bench/README.md#several-workers)."""
+    if _WARMING or "optuna._gp.gp" in sys.modules:
+        return
+
+    def imports() -> None:
+        import importlib
+
+        try:  # Optuna's GP (torch with it) and its optimizer of the acquisition (scipy's)
+            for module in ("optuna._gp.gp", "optuna._gp.optim_mixed"):
+                importlib.import_module(module)
+        except Exception:  # a GP draw imports them again, and says what fails
+            return
+
+    thread = threading.Thread(target=imports, name="tunepilot-gp-imports", daemon=True)
+    _WARMING.append(thread)
+    thread.start()
 
 
 @contextlib.contextmanager
