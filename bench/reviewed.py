@@ -6,6 +6,8 @@ expert of known quality (`bench/experts.py`, served on loopback HTTP).
     python bench/engine.py --strategies tp:auto,model:misleading,model:oracle:1% --budget 30 \
         --seeds 20 --results bench/results/engine-models.jsonl
 
+`model-once:EXPERT` is a variant of the trust rule, not the product's: no floor, and a slope that
+puts a model at no share after one loss (the cost of the one trial a bad opening spends).
 `model+cal:EXPERT` starts its record from the expert's `tune calibrate` verdict
 (`bench/knowledge.py`'s, kept in `bench/results/calibration-experts.json`); `model:EXPERT` runs
 without one, as a user who never calibrated does.
@@ -58,11 +60,12 @@ def ranked_configs(p: Any, seed: int) -> list[dict[str, Any]]:
 
 
 def tuner_kw(strategy: str) -> tuple[str, dict[str, Any]]:
-    """`model:EXPERT` or `model+cal:EXPERT` -> (the expert's kind, the `Tuner`'s settings)."""
+    """`model:EXPERT`, `model+cal:EXPERT` or `model-once:EXPERT` -> (the expert's kind, the
+    `Tuner`'s settings)."""
     mode, _, kind = strategy.partition(":")
-    if mode not in ("model", "model+cal") or not kind:
-        raise ValueError(f"unknown strategy {strategy!r}; expected model:EXPERT or "
-                         "model+cal:EXPERT")
+    if mode not in ("model", "model+cal", "model-once") or not kind:
+        raise ValueError(f"unknown strategy {strategy!r}; expected model:EXPERT, "
+                         "model+cal:EXPERT or model-once:EXPERT")
     calibration: Any = False
     if mode == "model+cal":
         from knowledge import expert_calibration
@@ -77,7 +80,15 @@ def with_expert(strategy: str, p: Any, seed: int,
     returns, and the expert's requests."""
     from experts import Expert
 
+    from tunepilot.memory import trust
+
     kind, kw = tuner_kw(strategy)
-    with Expert(kind, ranked_configs(p, seed), seed) as expert:
-        out = run(llm=expert.chat_model(), **kw)
-        return out, {"requests": expert.requests}
+    shares = trust.FLOOR, trust.SLOPE
+    if strategy.startswith("model-once:"):  # a variant: one loss and the model is out
+        trust.FLOOR, trust.SLOPE = 0.0, 1.8
+    try:
+        with Expert(kind, ranked_configs(p, seed), seed) as expert:
+            out = run(llm=expert.chat_model(), **kw)
+            return out, {"requests": expert.requests}
+    finally:
+        trust.FLOOR, trust.SLOPE = shares
