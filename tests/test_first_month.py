@@ -281,7 +281,7 @@ def test_a_model_whose_share_is_spent_says_so_once_and_when_it_reviews_again():
     # 8th; from trial 1 it waits, said once, there.
     assert [t.proposer for t in history] == ["llm"] + ["optuna"] * 6 + ["llm"]
     assert quiet == [
-        "LLM not asked from trial 1: its configs ran 1 of the last 1 trial, all that the "
+        "LLM not asked from trial 1: its turns took 1 of the last 1 trial, all that the "
         "share you set (max_override_share) (25%) allows in 2 in a row; the sampler proposes "
         "until trial 7, where the model reviews again"], heard.notices
 

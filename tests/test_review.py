@@ -273,7 +273,12 @@ def test_an_override_without_a_reason_in_words_is_refused_and_the_candidate_runs
     with ScriptedLLMServer(junk) as server:
         history = search(chat(server), "review", n=4, llm_time_share=1.0)
     assert [t.params for t in history] == [t.params for t in alone]
-    assert all(t.review.verdict == "refused" and t.proposer == "optuna" for t in history)
+    # Each refusal took its turn: it was asked on its share (30%: one of the first few).
+    reviewed = [t for t in history if t.review is not None]
+    assert reviewed and all(t.review.verdict == "refused" and t.proposer == "optuna"
+                            for t in reviewed)
+    assert all(t.proposer == "optuna" for t in history)
+    assert len(reviewed) < len(history)
     assert history[0].user_attrs["review"]["override"] == {"x": 7.5, "opt": "sgd"}
     assert history[0].why == "an override refused, TPE's candidate ran (no reason given in words)"
     assert history[0].rationale == "1.1.1,"  # kept as written
@@ -384,3 +389,35 @@ def test_the_review_prompt_gives_the_best_trials_span_once():
                                                "finished (4 are): this candidate is a random draw"])
     assert "complete trials (top 21%) span" in llm.prompt(SPACE, history, candidate=young,
                                                           overrides_left=3)
+
+
+def test_a_model_below_even_has_its_overrides_checked_by_the_samplers_model():
+    """Its first overrides run (no record yet), lose and put it below even; from then on an
+    override the engine's GP expects to lose even at best is refused: the candidate runs, the
+    refusal is said and counts as the model's turn, and no trial is spent on it."""
+    n = {"calls": 0}
+
+    def far(request: dict) -> str:
+        n["calls"] += 1
+        return json.dumps({"decision": "override",
+                           "config": {"x": -10.0 + 0.4 * (n["calls"] % 12), "opt": "sgd"},
+                           "rationale": "The far corner of the space deserves a closer look."})
+
+    with ScriptedLLMServer(far) as server:
+        history = search(chat(server), "review", n=60, llm_time_share=1.0, opening=0, seed=1)
+    ran = [t for t in history if t.proposer == "llm"]
+    refused = [t for t in history if t.review and t.review.verdict == "refused"]
+    assert ran and refused, [(t.number, t.proposer, t.review) for t in history]
+    first_refused = refused[0].number
+    assert all(t.number < first_refused for t in ran[:1])  # it had its say first
+    for t in refused:
+        assert t.proposer == "optuna" and dict(t.params) == dict(t.review.candidate)
+        assert t.review.why.startswith("its record is below even, and the sampler's model "
+                                       "expects "), t.review.why
+        assert t.why.startswith("an override refused (its record is below even"), t.why
+    # Fewer trials spent on it than it was asked for: the refusals took its turns instead.
+    assert len(ran) < len(ran) + len(refused) <= 60 // 20 * 2 + 2
+    from tunepilot.ui.display import why_line
+
+    line = why_line(refused[0])
+    assert line is not None and "refused (its record is below even" in line, line

@@ -130,16 +130,23 @@ def test_a_model_whose_overrides_win_earns_more_than_30_percent_and_one_that_los
     print(f"overrides of 40: near {_overrides(good)}, far {_overrides(bad)}; records "
           f"{good_record.line()} / {bad_record.line()}")
     assert _overrides(good) >= 16 and good_record.share >= 0.6, (_overrides(good), good_record)
-    assert _overrides(bad) <= 4 and bad_record.share == trust.FLOOR, (_overrides(bad), bad_record)
-    # Each override is judged: the near ones win, the far ones lose.
+    # The far one lost its first trial; below even, its later overrides were checked by the
+    # sampler's model, which expected them to lose, so they were refused, not run.
+    assert _overrides(bad) <= 4 and bad_record.share < trust.EVEN_SHARE / 3, (
+        _overrides(bad), bad_record)
+    refused = [t for t in bad if t.review and t.review.verdict == "refused"]
+    assert refused and all(t.review.why.startswith("its record is below even") for t in refused)
+    # Each trial it ran is judged: the near ones win, the far ones lose.
     assert good_record.wins >= 0.8 * len(good_record.judged)
-    assert bad_record.wins == 0 and len(bad_record.judged) >= 2
+    assert bad_record.wins == 0 and len(bad_record.judged) >= 1
     # The person sees the record at the end of the run.
     from tunepilot.ui.display import summary_lines
 
     text = "\n".join(summary_lines(runs[False]))
     assert f"LLM record: {len(bad_record.judged)} of its trials judged, 0 beat the sampler's " \
-        "typical trial" in text and "its record earns it 5% of the overrides" in text, text
+        f"typical trial" in text and f"its record earns it {bad_record.share:.0%} of the " \
+        "overrides" in text, text
+    assert f"{len(refused)} override{'s' if len(refused) != 1 else ''} refused" in text, text
 
 
 def test_the_record_is_read_from_the_study_so_a_resume_keeps_it(tmp_path):

@@ -67,6 +67,9 @@ class TrialRecord:
         sentence is replaced by what kind of proposal it was; the log keeps it as written."""
         if self.error:
             return f"{self.error.get('kind')}: {self.error.get('message', '')}{self.where}"
+        if self.review is not None and self.review.verdict == "refused" and self.review.why:
+            return (f"an override refused ({self.review.why}), {self.review.sampler}'s "
+                    "candidate ran")
         if self.rationale and readable(self.rationale):
             return self.rationale
         return self.rationale_kind or self.fallback_reason or self.llm_skipped or ""

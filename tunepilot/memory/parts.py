@@ -51,16 +51,23 @@ class LLMCall:
 class Review:
     """The `review` strategy's record: the sampler's candidate and the LLM's verdict on it."""
 
-    verdict: str  # "accepted", "override", or "refused" (an override without a reason in words)
+    verdict: str  # "accepted", "override", or "refused" (an override not taken: `why`)
     sampler: str  # whose candidate: "TPE", "CMA-ES"...
     candidate: Mapping[str, Any] = field(default_factory=dict)
+    why: str | None = None  # why an override was refused; None: it gave no reason in words
 
     @classmethod
     def from_attr(cls, value: Any) -> Review | None:
         if not isinstance(value, Mapping) or "verdict" not in value:
             return None
+        why = value.get("why")
         return cls(str(value["verdict"]), str(value.get("sampler") or "the sampler"),
-                   dict(value.get("candidate") or {}))
+                   dict(value.get("candidate") or {}), str(why) if why else None)
+
+    @property
+    def refusal(self) -> str:
+        """Why the override was not taken, in words."""
+        return self.why or "it gave no reason in words"
 
 
 def readable(text: str | None) -> bool:

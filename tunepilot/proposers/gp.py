@@ -206,3 +206,49 @@ def model_best(study: optuna.Study, done: list[FrozenTrial],
         with torch.no_grad():
             mean, _ = gpr.posterior(torch.from_numpy(x))
     return int(torch.argmax(mean))
+
+
+VET_MIN_TRIALS = 5  # complete trials before the sampler's model can rate a config
+VET_SDS = 2.0  # how far the model's hope for a config may reach: mean less this many sds
+
+
+def rates_worse(history: History, space: Any, config: Mapping[str, Any],
+                candidate: Mapping[str, Any]) -> str | None:
+    """Why a GP fitted to the study's complete trials expects `config` to lose to `candidate`
+    even at its most hopeful (its predicted loss less `VET_SDS` standard deviations above the
+    candidate's predicted loss), or None where it cannot say so (too few trials, or `config`
+    might win). For `review`: a model whose record is below even has its overrides checked
+    by the engine's own model before a trial is spent on them."""
+    import torch
+    from optuna._gp import gp, prior
+    from optuna._gp import search_space as gp_space
+    from optuna.trial import create_trial
+
+    dists = space.distributions()
+    done = [t for t in history if t.state == "complete" and t.value is not None
+            and all(k in t.params for k in dists)]
+    if len(done) < VET_MIN_TRIALS or not dists:
+        return None
+
+    def frozen(params: Mapping[str, Any], value: float) -> Any:
+        return create_trial(params={k: params[k] for k in dists}, distributions=dists,
+                            value=value)
+
+    internal = gp_space.SearchSpace(dict(dists))
+    x = internal.get_normalized_params([frozen(t.params, float(t.value or 0.0)) for t in done])
+    y = -np.array([float(t.value or 0.0) for t in done])  # Optuna's GP maximizes
+    mean, sd = float(y.mean()), max(float(y.std()), 1e-12)
+    points = internal.get_normalized_params([frozen(config, 0.0), frozen(candidate, 0.0)])
+    with torch.device("cpu"), one_thread():
+        gpr = gp.fit_kernel_params(x, (y - mean) / sd, internal.is_categorical,
+                                   prior.default_log_prior, prior.DEFAULT_MINIMUM_NOISE_VAR,
+                                   False)
+        with torch.no_grad():
+            mu, var = gpr.posterior(torch.from_numpy(points))
+    loss = -(mu.numpy() * sd + mean)
+    spread = np.sqrt(var.numpy()) * sd
+    hope = float(loss[0] - VET_SDS * spread[0])
+    if hope <= float(loss[1]):
+        return None
+    return (f"the sampler's model expects {loss[0]:.4g} of it (at best {hope:.4g}) against "
+            f"{loss[1]:.4g} of the candidate")

@@ -86,26 +86,48 @@ class Reviewer:
             return None
         self._quiet = False
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
-        return self.llm.review(space, history, candidate, overrides_left=left)
+        suggestion = self.llm.review(space, history, candidate, overrides_left=left)
+        if suggestion.proposer != "llm" or self.max_override_share is not None:
+            return suggestion
+        if trust.record(history).score >= 0.5:
+            return suggestion
+        from tunepilot.proposers.gp import rates_worse
+
+        why = rates_worse(history, space, suggestion.params, candidate.params)
+        if why is None:
+            return suggestion
+        # A model whose record is below even: the engine's own model rates its override as
+        # a loss even at best, so the candidate runs (the refusal counts as the model's turn).
+        return Suggestion(dict(candidate.params), "optuna", rationale=suggestion.rationale,
+                          meta=suggestion.meta, review=candidate.record(
+                              "refused", suggestion.params,
+                              f"its record is below even, and {why}"))
 
     def quiet_line(self, history: History, share: float) -> str:
         """Why the model is not asked from this trial on, and when it next will be: said once,
         where its silence starts."""
         span = min(len(history) + 1, WINDOW)
-        recent = history.trials[len(history) - (span - 1):] if span > 1 else ()
-        used = sum(1 for t in recent if t.proposer == "llm")
+        turns = _turns(history)
+        used = sum(1 for p in (turns[len(turns) - (span - 1):] if span > 1 else []) if p == "llm")
         why = ("the share you set (max_override_share)" if self.max_override_share is not None
                else "the share its record earns")
         nxt = next_turn(history, share)
-        return (f"LLM not asked from trial {len(history)}: its configs ran {used} of the last "
+        return (f"LLM not asked from trial {len(history)}: its turns took {used} of the last "
                 f"{plural(span - 1, 'trial')}, all that {why} ({share:.0%}) allows in {span} in "
                 f"a row; the sampler proposes until trial {nxt}, where the model reviews again")
 
 
 def turns_left(history: History, share: float) -> int:
     """The LLM's trials still allowed on the next trial: `share` of the last `WINDOW` trials
-    (the next one counted), less the trials its configs ran in there."""
-    return _left([t.proposer for t in history.trials], share)
+    (the next one counted), less the trials its configs ran in there and its overrides that
+    were refused (it had its turn)."""
+    return _left(_turns(history), share)
+
+
+def _turns(history: History) -> list[str | None]:
+    """Each trial's proposer, "llm" where the model's override was refused as well."""
+    return ["llm" if t.review is not None and t.review.verdict == "refused" else t.proposer
+            for t in history.trials]
 
 
 def _left(proposers: list[str | None], share: float) -> int:
@@ -117,7 +139,7 @@ def _left(proposers: list[str | None], share: float) -> int:
 def next_turn(history: History, share: float) -> int:
     """The trial number at which the LLM may next take a turn, if the sampler proposes every
     trial until then (its share unchanged): its oldest trials must leave the window."""
-    proposers = [t.proposer for t in history.trials]
+    proposers = _turns(history)
     for k in range(1, WINDOW + 1):
         if _left(proposers + [None] * k, share) > 0:
             return len(proposers) + k

@@ -63,12 +63,17 @@ class Candidate:
     def state(self) -> tuple[str, ...]:
         return tuple(self.describe())
 
-    def record(self, verdict: str, override: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """What is stored of a review: "accepted", "override", or "refused" (an override
-        without a reason in words, not taken; `override` is the config it wanted)."""
-        out = {"verdict": verdict, "sampler": self.sampler, "candidate": dict(self.params)}
+    def record(self, verdict: str, override: Mapping[str, Any] | None = None,
+               why: str | None = None) -> dict[str, Any]:
+        """What is stored of a review: "accepted", "override", or "refused" (an override not
+        taken, `why`: without a reason in words where None; `override` is the config it
+        wanted)."""
+        out: dict[str, Any] = {"verdict": verdict, "sampler": self.sampler,
+                               "candidate": dict(self.params)}
         if override is not None:
             out["override"] = dict(override)
+        if why is not None:
+            out["why"] = why
         return out
 
 

@@ -111,8 +111,8 @@ def why_line(record: TrialRecord) -> str | None:
     if record.review is not None:
         sampler, verdict = record.review.sampler, record.review.verdict
         if verdict == "refused":
-            return (f"LLM tried to override {sampler}'s candidate without a reason in words: "
-                    "refused, the candidate ran")
+            return (f"LLM tried to override {sampler}'s candidate, refused ("
+                    f"{record.review.refusal}): the candidate ran")
         what = (f"LLM accepted {sampler}'s candidate" if verdict == "accepted" else
                 f"LLM overrode {sampler}'s candidate "
                 f"({format_params(record.review.candidate, list(record.params), digits=3)})")
@@ -167,7 +167,7 @@ def _llm_line(history: History) -> str | None:
         refused = sum(1 for r in reviews if r.verdict == "refused")
         accepted = len(reviews) - over - refused
         line += (f"; accepted {plural(accepted, 'candidate')}, overrode {over}"
-                 + (f", {refused} overrides refused (no reason in words)" if refused else ""))
+                 + (f", {plural(refused, 'override')} refused" if refused else ""))
     fell_back = [t for t in asked if t.proposer == "fallback"]
     invalid = sum(1 for t in fell_back if t.llm and t.llm.answered_invalid)
     if len(fell_back) > invalid:
