@@ -421,3 +421,24 @@ def test_a_model_below_even_has_its_overrides_checked_by_the_samplers_model():
 
     line = why_line(refused[0])
     assert line is not None and "refused (its record is below even" in line, line
+
+
+def test_a_check_that_cannot_be_made_leaves_the_override_as_it_was(monkeypatch):
+    from tunepilot.proposers import gp
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the GP could not be fitted")
+
+    monkeypatch.setattr(gp, "rates_worse", broken)
+    n = {"calls": 0}
+
+    def far(request: dict) -> str:
+        n["calls"] += 1
+        return json.dumps({"decision": "override",
+                           "config": {"x": -10.0 + 0.4 * (n["calls"] % 12), "opt": "sgd"},
+                           "rationale": "The far corner of the space deserves a closer look."})
+
+    with ScriptedLLMServer(far) as server:
+        history = search(chat(server), "review", n=45, llm_time_share=1.0, opening=0, seed=1)
+    assert not [t for t in history if t.review and t.review.verdict == "refused"]
+    assert len([t for t in history if t.proposer == "llm"]) >= 2  # its probes ran

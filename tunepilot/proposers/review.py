@@ -93,7 +93,10 @@ class Reviewer:
             return suggestion
         from tunepilot.proposers.gp import rates_worse
 
-        why = rates_worse(history, space, suggestion.params, candidate.params)
+        try:
+            why = rates_worse(history, space, suggestion.params, candidate.params)
+        except Exception:  # a GP that cannot be fitted checks nothing: the override runs
+            why = None
         if why is None:
             return suggestion
         # A model whose record is below even: the engine's own model rates its override as
