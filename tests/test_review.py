@@ -391,10 +391,9 @@ def test_the_review_prompt_gives_the_best_trials_span_once():
                                                           overrides_left=3)
 
 
-def test_a_model_below_even_has_its_overrides_checked_by_the_samplers_model():
-    """Its first overrides run (no record yet), lose and put it below even; from then on an
-    override the engine's GP expects to lose even at best is refused: the candidate runs, the
-    refusal is said and counts as the model's turn, and no trial is spent on it."""
+def _far_corner():
+    """A model that overrides every candidate with a config in the far corner of the space
+    (each a little apart, so none repeats an earlier trial), with a reason in words."""
     n = {"calls": 0}
 
     def far(request: dict) -> str:
@@ -403,7 +402,14 @@ def test_a_model_below_even_has_its_overrides_checked_by_the_samplers_model():
                            "config": {"x": -10.0 + 0.4 * (n["calls"] % 12), "opt": "sgd"},
                            "rationale": "The far corner of the space deserves a closer look."})
 
-    with ScriptedLLMServer(far) as server:
+    return far
+
+
+def test_a_model_below_even_has_its_overrides_checked_by_the_samplers_model():
+    """Its first overrides run (no record yet), lose and put it below even; from then on an
+    override the engine's GP expects to lose even at best is refused: the candidate runs, the
+    refusal is said and counts as the model's turn, and no trial is spent on it."""
+    with ScriptedLLMServer(_far_corner()) as server:
         history = search(chat(server), "review", n=60, llm_time_share=1.0, opening=0, seed=1)
     ran = [t for t in history if t.proposer == "llm"]
     refused = [t for t in history if t.review and t.review.verdict == "refused"]
@@ -430,15 +436,7 @@ def test_a_check_that_cannot_be_made_leaves_the_override_as_it_was(monkeypatch):
         raise RuntimeError("the GP could not be fitted")
 
     monkeypatch.setattr(gp, "rates_worse", broken)
-    n = {"calls": 0}
-
-    def far(request: dict) -> str:
-        n["calls"] += 1
-        return json.dumps({"decision": "override",
-                           "config": {"x": -10.0 + 0.4 * (n["calls"] % 12), "opt": "sgd"},
-                           "rationale": "The far corner of the space deserves a closer look."})
-
-    with ScriptedLLMServer(far) as server:
+    with ScriptedLLMServer(_far_corner()) as server:
         history = search(chat(server), "review", n=45, llm_time_share=1.0, opening=0, seed=1)
     assert not [t for t in history if t.review and t.review.verdict == "refused"]
     assert len([t for t in history if t.proposer == "llm"]) >= 2  # its probes ran

@@ -73,10 +73,10 @@ _WARMING: list[threading.Thread] = []  # the one warm-up thread of this process,
 
 
 def warm_up() -> None:
-    """Imports what a GP draw needs (torch, Optuna's GP and scipy's optimizer: 1.5-2 s of CPU)
-    in a background thread, once a process: the default sampler starts it with its start-up's
-    first trial, so the first GP draw after them does not pay for it (16 workers on two cores
-    each paid it at their first GP draw, in turns: bench/README.md#several-workers)."""
+    """Imports what a GP draw needs (torch, Optuna's GP and scipy's optimizer) in a background
+    thread, once a process: the default sampler starts it with its start-up's first trial, so
+    the first GP draw after them does not wait for them (many workers on few cores each paid
+    it at their first GP draw, in turns: bench/README.md#several-workers)."""
     if _WARMING or "optuna._gp.gp" in sys.modules:
         return
 
@@ -97,10 +97,9 @@ def warm_up() -> None:
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """torch on one thread for a GP draw, as many as before afterwards (a trainer in this
-    process keeps its own). A study's GP is a few hundred points at most: more threads only
-    add their start and their spinning, more so beside other workers on the same cores (10
-    parameters, 60 trials: 5.5 CPU-s on one thread, 11.0 on two; bench/README.md#several-workers).
-    """
+    process keeps its own). A study's GP is a few hundred points at most: more threads add
+    their start and their spinning and no speed, and cost most beside other workers on the
+    same cores (bench/README.md#several-workers)."""
     import torch
 
     before = torch.get_num_threads()

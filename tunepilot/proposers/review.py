@@ -77,7 +77,8 @@ class Reviewer:
                  candidate: Candidate | None = None) -> Suggestion | None:
         if candidate is None:  # no candidate to review: the sampler proposes as usual
             return None
-        share = self.share(history)
+        record = trust.record(history) if self.max_override_share is None else None
+        share = record.share if record is not None else self.share(history)
         left = turns_left(history, share)
         if left <= 0:  # its share of overrides is used up: nothing to ask
             if not self._quiet and self.llm.notice is not None:
@@ -87,9 +88,7 @@ class Reviewer:
         self._quiet = False
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
         suggestion = self.llm.review(space, history, candidate, overrides_left=left)
-        if suggestion.proposer != "llm" or self.max_override_share is not None:
-            return suggestion
-        if trust.record(history).score >= 0.5:
+        if suggestion.proposer != "llm" or record is None or record.score >= 0.5:
             return suggestion
         from tunepilot.proposers.gp import rates_worse
 

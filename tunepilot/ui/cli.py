@@ -48,9 +48,9 @@ def main() -> None:
         sys.exit(EXIT_INTERRUPTED)
     finally:
         # The command is done (its files closed, its output flushed at exit as always): left is
-        # the interpreter's last collection of the process's objects, 0.2-0.3 s of CPU, paid by
-        # every worker as it exits (16 at once on two cores: seconds). Frozen, they are left to
-        # the operating system, which frees them with the process.
+        # the interpreter's last collection of the process's objects, paid by every worker as
+        # it exits (bench/README.md#several-workers). Frozen, they are left to the operating
+        # system, which frees them with the process.
         gc.freeze()
 
 
