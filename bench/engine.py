@@ -192,7 +192,8 @@ def run_one(key: tuple[str, str, str, int, bool], budget: int) -> dict[str, Any]
 
         trials, extra = with_expert(strategy, p, seed, lambda **kw: run_tunepilot(
             "auto", p, seed, budget, proposers=proposers, **kw))
-        extra = {**extra, "llm_trials": proposers.count("llm")}
+        extra = {**extra, "llm_trials": proposers.count("llm"),
+                 "llm_at": [i for i, who in enumerate(proposers) if who == "llm"]}
     else:
         trials = PEERS[strategy](p, seed, budget)
     best, ranks = math.inf, []

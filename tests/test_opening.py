@@ -54,14 +54,16 @@ def test_the_opening_runs_config_by_config_while_each_beats_the_samplers_and_win
         result = _tuner(server, display=lines).run(n_trials=30)  # a tenth: 3 configs
         (first,) = [r for r in server.requests if "configs" in json.dumps(r)][:1]
     h = result.history
-    # No declared default: its first config is trial 0, judged after the sampler's first draw
-    # (trial 1); it beat it, so the next config runs, and beat the median again, so the last.
-    assert [(t.proposer, t.opening) for t in h.trials[:5]] == [
-        ("llm", 1), ("optuna", None), ("llm", 2), ("llm", 3), ("optuna", None)]
-    assert [dict(h[n].params) for n in (0, 2, 3)] == NEAR
+    # No declared default: its first config is trial 0, judged once three of the sampler's
+    # draws finished (trials 1-3; beating one draw is luck, as `memory.trust` judges); it beat
+    # their median, so the next config runs, and beat it again, so the last.
+    assert [(t.proposer, t.opening) for t in h.trials[:7]] == [
+        ("llm", 1), ("optuna", None), ("optuna", None), ("optuna", None), ("llm", 2),
+        ("llm", 3), ("optuna", None)]
+    assert [dict(h[n].params) for n in (0, 4, 5)] == NEAR
     # One turn asked for all three: its cost sits on the first trial, once.
-    assert h.trials[0].llm.latency_s is not None and h.trials[2].llm.latency_s is None
-    assert h.trials[2].llm.model == "gpt-4o-mini"
+    assert h.trials[0].llm.latency_s is not None and h.trials[4].llm.latency_s is None
+    assert h.trials[4].llm.model == "gpt-4o-mini"
     assert h.opening == {"asked": 3, "model": "gpt-4o-mini", "taken": 3, "error": None,
                          "held": [], "rationale": "Settings known to work on such problems."}
     system = first["messages"][0]["content"]
@@ -70,7 +72,7 @@ def test_the_opening_runs_config_by_config_while_each_beats_the_samplers_and_win
     # Judged against the sampler's trials near them: all three won, so the model's share of
     # overrides grew past the 30% of no record.
     record = trust.record(h)
-    assert [j.number for j in record.judged if j.won][:3] == [0, 2, 3]
+    assert [j.number for j in record.judged if j.won][:3] == [0, 4, 5]
     assert record.share > 0.5, record
     said = "LLM opening: 3 of 3 configs asked for, the first as trial 0; its other 2 run one at"
     assert any(line.startswith(said) for line in lines.lines), lines.lines
@@ -90,7 +92,7 @@ def test_a_bad_opening_spends_one_trial_and_says_the_rest_are_not_run():
     assert "its other 2 configs are not run" in said[0]
 
 
-def test_with_a_declared_default_the_opening_is_judged_against_it_first():
+def test_with_a_declared_default_the_opening_is_judged_against_it_and_the_first_draws():
     from tunepilot import Categorical, Float, SearchSpace
 
     space = SearchSpace.of(x=Float(-10.0, 10.0, default=5.0),
@@ -103,10 +105,12 @@ def test_with_a_declared_default_the_opening_is_judged_against_it_first():
         bad = Tuner(trainers.callable(quadratic), space, storage="sqlite:///:memory:",
                     study="t", llm=chat(server), strategy="review", sampler="tpe",
                     pruner="none", display=None, seed=3).run(n_trials=30).history
-    # The default (x = 5: 9) is trial 0; each config near the optimum beats it in turn.
-    assert [t.opening for t in good.trials[:5]] == [None, 1, 2, 3, None]
-    # A config far from it (x = -10: 144) loses to the default at once.
-    assert [t.opening for t in bad.trials[:3]] == [None, 1, None]
+    # The default (x = 5: 9) is trial 0 and the first config trial 1, judged against the
+    # default and the sampler's next two draws (their median: 93.7); each config near the
+    # optimum beats it in turn.
+    assert [t.opening for t in good.trials[:7]] == [None, 1, None, None, 2, 3, None]
+    # A config far from it (x = -10: 144) loses, and the sampler takes the other turns.
+    assert [t.opening for t in bad.trials[:7]] == [None, 1, None, None, None, None, None]
     assert bad.opening["not_run"] == 2
 
 
@@ -156,12 +160,12 @@ def test_an_opening_config_out_of_the_space_or_repeated_is_sent_back_with_the_re
                     "rationale": "Two points either side of the usual optimum."}),
     ])
     with ScriptedLLMServer(lambda request: next(answers)) as server:
-        result = _tuner(server, opening=2).run(n_trials=4)
+        result = _tuner(server, opening=2).run(n_trials=6)
         prompts = [r["messages"][1]["content"] for r in server.requests[:3]]
     assert "Your previous answer was rejected" in prompts[1]
     assert "'x': 50 is outside [-10, 10]" in prompts[1]
     assert "repeats another one" in prompts[2]
-    assert [dict(result.history[n].params) for n in (0, 2)] == [  # the sampler's between
+    assert [dict(result.history[n].params) for n in (0, 4)] == [  # the sampler's between
         {"x": 1.0, "opt": "adam"}, {"x": 3.0, "opt": "adam"}]
 
 
@@ -170,3 +174,30 @@ def test_the_openings_size_is_a_tenth_of_the_budget_at_most_five(n_trials, k):
     from tunepilot.agent.opening import opening_size
 
     assert opening_size(n_trials) == k
+
+
+def _calibrated(verdict: str, wins: int):
+    from tunepilot.memory.calibrations import Calibration
+
+    return Calibration(model="gpt-4o-mini", endpoint="", prompt_version="p", date="2026-12-06",
+                       verdict=verdict, summary=f"{wins} of 12 judged trials won",
+                       wins=wins, judged=12, tasks=2, seeds=3)
+
+
+def test_a_model_its_calibration_found_not_worth_its_turns_opens_nothing():
+    from tunepilot.memory.calibrations import WORSE, WORTH
+
+    lines = Lines()
+    with ScriptedLLMServer(_model(NEAR)) as server:
+        result = _tuner(server, display=lines, calibration=_calibrated(WORSE, 2)).run(
+            n_trials=30)
+        asked = sum(1 for r in server.requests if "configs" in json.dumps(r))
+    h = result.history
+    assert asked == 0 and all(t.opening is None for t in h)
+    assert h.opening["taken"] == 0 and h.opening["skipped"] == WORSE
+    said = [line for line in lines.lines if line.startswith("LLM opening: none; calibration")]
+    assert len(said) == 1 and "the sampler's draws open" in said[0], lines.lines
+    # One the calibration found worth them opens as a model with no record does.
+    with ScriptedLLMServer(_model(NEAR)) as server:
+        worth = _tuner(server, calibration=_calibrated(WORTH, 9)).run(n_trials=30).history
+    assert [t.number for t in worth if t.opening is not None][:1] == [0]

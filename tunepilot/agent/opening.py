@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import optuna
 
 from tunepilot.errors import ConfigError
-from tunepilot.memory import History, lookup, records
+from tunepilot.memory import History, lookup, records, trust
 from tunepilot.memory.identity import differences, identity
 from tunepilot.memory.text import plural
 from tunepilot.space import SearchSpace
@@ -89,6 +89,15 @@ def llm_opening(study: optuna.Study, space: SearchSpace, llm: LLMSuggester, k: i
     sampler meanwhile."""
     from tunepilot.proposers.suggest import SuggestionFailed
 
+    calibration = History.from_study(study).calibration
+    if calibration is not None and trust.TrackRecord(calibration=calibration).score < 0.5:
+        with lock:
+            if records.claim_opening(study, k, llm.model_name):
+                records.opening(study, {"asked": 0, "model": llm.model_name, "taken": 0,
+                                        "error": None, "skipped": calibration.verdict})
+                say(f"LLM opening: none; {calibration.line()}, so the sampler's draws open "
+                    "and the model reviews on the share its record earns")
+        return
     with lock:  # claimed in one step across workers; the model is asked outside the lock
         if not records.claim_opening(study, k, llm.model_name):
             return
@@ -121,9 +130,10 @@ def release(study: optuna.Study, history: History, say: Callable[[str], None]) -
     median of the finished trials the model did not propose (the declared defaults, the
     sampler's draws; a tie is not a win, as in `memory.trust`): a model that opens badly spends
     one trial, not its whole opening, beside an engine that loses each trial it gives away.
-    None of them finished yet: the sampler takes the next turn, and the config is judged after
-    it. A config that lost (or was pruned, or failed) ends the opening, said once. Call it
-    holding the study's lock."""
+    Fewer than `MIN_PEERS` of them finished yet: the sampler takes the next turns, and the
+    config is judged after them (beating one draw was luck: bench/README.md). A config that
+    lost (or was pruned, or failed) ends the opening, said once. Call it holding the study's
+    lock."""
     held = list(history.opening.get("held") or [])
     ran = [t for t in history if t.opening is not None]
     if not held or not ran or any(t.state not in ("complete", "pruned", "fail") for t in ran):
@@ -131,8 +141,8 @@ def release(study: optuna.Study, history: History, say: Callable[[str], None]) -
     last = max(ran, key=lambda t: t.number)
     others = [t.value for t in history
               if t.proposer != "llm" and t.state == "complete" and t.value is not None]
-    if last.state == "complete" and not others:
-        return
+    if last.state == "complete" and len(others) < trust.MIN_PEERS:
+        return  # judged as `memory.trust` judges: against at least MIN_PEERS of them
     median = statistics.median(others) if others else math.inf
     record = dict(history.opening)
     if last.state == "complete" and last.value is not None and last.value < median:
