@@ -20,6 +20,7 @@ from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
+from tunepilot.memory.store import lean
 from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
@@ -175,7 +176,8 @@ class Loop:
         start = time.perf_counter()
         stopped: StoppedEarly | None = None
         try:
-            result = self.trainer(config, report)
+            with lean(storage):  # no connection held while it trains
+                result = self.trainer(config, report)
         except optuna.TrialPruned:
             raise
         except StoppedEarly as e:
@@ -299,18 +301,18 @@ def wait_for(study: optuna.Study, numbers: set[int], longest: float) -> bool:
     """Sleeps while the trials `numbers` run, for at most `longest` seconds (a heartbeat's
     interval: time to look for trials whose workers died); True when all of them ended and no
     trial is queued (nothing left for this worker), False when a trial is queued again or the
-    time is up. Each look is one read of the study's running and queued trials, every
-    `WAIT_POLL_S`, so a worker exits within that of the last trial's end (it slept a whole
-    heartbeat before: bench/README.md#several-workers)."""
+    time is up. One read of the running and queued trials every `WAIT_POLL_S`, so a worker
+    exits within that of the last trial's end (bench/README.md#several-workers)."""
     end = time.monotonic() + longest
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(WAIT_POLL_S, left))
-        trials = study._storage.get_all_trials(
-            study._study_id, deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-        if any(t.state == TrialState.WAITING for t in trials):
-            return False
-        if not numbers & {t.number for t in trials}:
-            return True
+    with lean(study._storage):  # dozens of waiting workers hold no connection
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(WAIT_POLL_S, left))
+            trials = study._storage.get_all_trials(study._study_id, deepcopy=False, states=(
+                TrialState.RUNNING, TrialState.WAITING))
+            if any(t.state == TrialState.WAITING for t in trials):
+                return False
+            if not numbers & {t.number for t in trials}:
+                return True
     return False
 
 
