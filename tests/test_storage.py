@@ -135,3 +135,35 @@ def test_the_grpc_proxy_is_refused_with_what_would_not_hold(tmp_path):
     assert "no study lock" in said and "Traceback" not in said
     assert "docs/overnight.md#past-one-databases-connections" in said
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_server_storage_reuses_its_connections_between_trials_and_keeps_none_while_lean():
+    import optuna
+    import sqlalchemy
+
+    from tests.conftest import server_url
+    from tunepilot.memory.store import engine_of, lean, open_storage
+
+    storage = open_storage(server_url("postgresql"))
+    engine = engine_of(storage)
+    sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE])
+    events: list[str] = []  # the pool's connections opened and closed from here
+    for name in ("connect", "close"):
+        sqlalchemy.event.listen(engine.pool, name, lambda *a, name=name: events.append(name))
+    try:
+        for _ in range(20):  # a trial's calls between trainings: the one it has, kept
+            storage.get_all_trials(sid, deepcopy=False)
+        assert events == []
+        with lean(storage):  # training: those kept closed, each call's closed after it
+            assert events and set(events) == {"close"}
+            kept, events[:] = len(events), []
+            for _ in range(3):
+                storage.get_all_trials(sid, deepcopy=False)
+            assert events == ["connect", "close"] * 3
+        events.clear()
+        for _ in range(5):  # between trials again: one, kept
+            storage.get_all_trials(sid, deepcopy=False)
+        assert events == ["connect"] and kept <= 2
+    finally:
+        storage.delete_study(sid)
+        engine.dispose()
