@@ -315,13 +315,13 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
-    # A pool of two (the study lock's connection and the storage calls' one): a trial's two
-    # dozen calls between trainings reuse them (a new PostgreSQL connection costs about 8 ms
-    # and a server process; bench/README.md#several-workers). None is kept while a trial trains
-    # (`lean`): Optuna's default pool sat open through every training, several a worker, and a
-    # few dozen workers filled a stock PostgreSQL. A connection the server dropped (a restart)
-    # is found at checkout and replaced.
-    kwargs: dict[str, Any] = {"pool_size": 2, "max_overflow": -1, "pool_pre_ping": True}
+    # One connection kept between trainings: a trial's two dozen calls reuse it (a new
+    # PostgreSQL connection costs about 8 ms and a server process; bench/README.md#several-
+    # workers), and a worker waiting for the study lock waits on it. A second, for the calls
+    # made while it holds the lock, is closed after. None is kept while a trial trains (`lean`):
+    # Optuna's default pool sat open through every training, several a worker, and a few dozen
+    # workers filled a stock PostgreSQL. One the server dropped (a restart) is replaced.
+    kwargs: dict[str, Any] = {"pool_size": 1, "max_overflow": -1, "pool_pre_ping": True}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.
         kwargs["connect_args"] = {"application_name": "tunepilot"}
