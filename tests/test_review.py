@@ -440,3 +440,19 @@ def test_a_check_that_cannot_be_made_leaves_the_override_as_it_was(monkeypatch):
         history = search(chat(server), "review", n=45, llm_time_share=1.0, opening=0, seed=1)
     assert not [t for t in history if t.review and t.review.verdict == "refused"]
     assert len([t for t in history if t.proposer == "llm"]) >= 2  # its probes ran
+
+
+def test_a_model_its_calibration_put_below_even_is_not_asked_before_its_overrides_can_be_checked():
+    from tests.test_opening import _calibrated
+    from tunepilot.memory.calibrations import WORSE
+    from tunepilot.proposers.gp import VET_MIN_TRIALS
+
+    with ScriptedLLMServer(_far_corner()) as server:
+        history = search(chat(server), "review", n=30, llm_time_share=1.0, seed=1,
+                         calibration=_calibrated(WORSE, 1))
+    asked = [t.number for t in history if t.review is not None]
+    # No opening, no turn until VET_MIN_TRIALS trials are complete, then its probes, checked.
+    assert all(t.opening is None for t in history)
+    assert asked and min(asked) >= VET_MIN_TRIALS, asked
+    assert all(t.review.verdict in ("refused", "overridden") for t in history
+               if t.number in asked), [(t.number, t.review) for t in history]

@@ -208,16 +208,24 @@ def model_best(study: optuna.Study, done: list[FrozenTrial],
 
 
 VET_MIN_TRIALS = 5  # complete trials before the sampler's model can rate a config
-VET_SDS = 2.0  # how far the model's hope for a config may reach: mean less this many sds
+# How far the model's hope for a config may reach: its mean less this many sds. At 2, a quarter
+# of a misleading model's probes got through (bench/README.md#what-a-models-knowledge-buys).
+VET_SDS = 1.0
+
+
+def can_rate(history: History) -> bool:
+    """Whether the study has the complete trials `rates_worse` needs."""
+    return sum(1 for t in history if t.state == "complete" and t.value is not None) \
+        >= VET_MIN_TRIALS
 
 
 def rates_worse(history: History, space: Any, config: Mapping[str, Any],
                 candidate: Mapping[str, Any]) -> str | None:
     """Why a GP fitted to the study's complete trials expects `config` to lose to `candidate`
     even at its most hopeful (its predicted loss less `VET_SDS` standard deviations above the
-    candidate's predicted loss), or None where it cannot say so (too few trials, or `config`
-    might win). For `review`: a model whose record is below even has its overrides checked
-    by the engine's own model before a trial is spent on them."""
+    candidate's predicted loss: a chance under 16% of beating it), or None where it cannot say
+    so (too few trials, or `config` might win). For `review`: a model whose record is below
+    even has its overrides checked by the engine's own model before a trial is spent on them."""
     import torch
     from optuna._gp import gp, prior
     from optuna._gp import search_space as gp_space

@@ -85,12 +85,18 @@ class Reviewer:
                 self.llm.notice(self.quiet_line(history, share))
             self._quiet = True
             return None
+        from tunepilot.proposers.gp import can_rate, rates_worse
+
+        below = record is not None and record.score < 0.5
+        if below and not can_rate(history):
+            # Below even (a calibration that found it not worth its turns): not asked before
+            # the engine's model can check what it proposes.
+            return None
         self._quiet = False
         check_time_share(history, self.llm_time_share, self.llm.first_turn_s)
         suggestion = self.llm.review(space, history, candidate, overrides_left=left)
-        if suggestion.proposer != "llm" or record is None or record.score >= 0.5:
+        if suggestion.proposer != "llm" or not below:
             return suggestion
-        from tunepilot.proposers.gp import rates_worse
 
         try:
             why = rates_worse(history, space, suggestion.params, candidate.params)
