@@ -208,8 +208,9 @@ def model_best(study: optuna.Study, done: list[FrozenTrial],
 
 
 VET_MIN_TRIALS = 5  # complete trials before the sampler's model can rate a config
-# How far the model's hope for a config may reach: its mean less this many sds. At 2, a quarter
-# of a misleading model's probes got through (bench/README.md#what-a-models-knowledge-buys).
+# How far the model's hope for a config may reach: its mean less this many sds (at 2, too many
+# of a misleading model's probes got through:
+# bench/README.md#what-a-models-knowledge-buys-and-its-trust).
 VET_SDS = 1.0
 
 
