@@ -316,11 +316,12 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
     # One connection kept between trainings: a trial's two dozen calls reuse it (a new
-    # PostgreSQL connection costs milliseconds and a server process: bench/README.md#several-
-    # workers), and a worker waiting for the study lock waits on it. A second, for the calls
-    # made while it holds the lock, is closed after. None is kept while a trial trains (`lean`):
-    # Optuna's default pool sat open through every training, several a worker, and a few dozen
-    # workers filled a stock PostgreSQL. One the server dropped (a restart) is replaced.
+    # PostgreSQL connection costs milliseconds and a server process:
+    # bench/README.md#several-workers), and a worker waiting for the study lock waits on it. A
+    # second, for the calls made while it holds the lock, is closed after. None is kept while a
+    # trial trains (`lean`): Optuna's default pool sat open through every training, several a
+    # worker, and a few dozen workers filled a stock PostgreSQL. One the server dropped (a
+    # restart) is replaced.
     kwargs: dict[str, Any] = {"pool_size": 1, "max_overflow": -1, "pool_pre_ping": True}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.
