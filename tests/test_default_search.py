@@ -393,6 +393,31 @@ def test_pruned_and_broken_trials_count_at_their_last_loss_or_the_worst():
     assert gp.stopped_losses(done, stopped, StudyDirection.MAXIMIZE)[5] == 0.5
 
 
+def test_a_models_trial_worse_than_all_the_engines_is_modelled_at_their_worst():
+    """A model's config on a cliff of the space (a diverged run, chance level) does not stretch
+    the GP's scale past what the engine's own trials met; one within their range is kept."""
+    from optuna.distributions import FloatDistribution
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState, create_trial
+
+    from tunepilot.memory import attrs
+
+    dist = {"x": FloatDistribution(0.0, 1.0)}
+
+    def made(number: int, value: float, by: str) -> Any:
+        trial = create_trial(params={"x": number / 10}, distributions=dist, value=value,
+                             state=TrialState.COMPLETE, user_attrs={attrs.PROPOSER: by})
+        trial.number = number
+        return trial
+
+    done = [made(0, 9.0, "llm"), made(1, 0.5, "optuna"), made(2, 0.7, "optuna"),
+            made(3, 0.6, "llm"), made(4, 0.1, "llm")]
+    assert gp.model_capped(done, StudyDirection.MINIMIZE) == {0: 0.7}
+    assert gp.model_capped(done, StudyDirection.MAXIMIZE) == {4: 0.5}
+    assert gp.model_capped([t for t in done if t.number in (0, 3)],
+                           StudyDirection.MINIMIZE) == {}  # nothing of the engine's to cap at
+
+
 def test_a_gp_after_a_start_up_that_was_all_pruned_still_models_it():
     """Every start-up trial pruned: Optuna's GPSampler, counting finished trials only, had too
     few and drew at random; tunepilot's draws from a model of the pruned trials."""

@@ -201,3 +201,22 @@ def test_a_model_its_calibration_found_not_worth_its_turns_opens_nothing():
     with ScriptedLLMServer(_model(NEAR)) as server:
         worth = _tuner(server, calibration=_calibrated(WORTH, 9)).run(n_trials=30).history
     assert [t.number for t in worth if t.opening is not None][:1] == [0]
+
+
+def test_the_samplers_start_up_design_is_drawn_whole_around_the_models_opening():
+    """The opening's trial 0 is the model's; the default sampler's Latin hypercube still runs
+    its every row (trials 1-4: each quarter of x's range once, each choice twice), not rows 1-3
+    and the next design's first."""
+    import math
+
+    from tunepilot.proposers import auto
+
+    with ScriptedLLMServer(_model(FAR)) as server:  # its first config loses: one trial only
+        h = Tuner(trainers.callable(quadratic), SPACE, storage="sqlite:///:memory:", study="t",
+                  llm=chat(server), strategy="review", pruner="none", display=None,
+                  seed=3).run(n_trials=12).history
+    n = auto.startup(SPACE)
+    assert [t.opening for t in h.trials[:n + 1]] == [1] + [None] * n
+    design = h.trials[1:n + 1]
+    assert sorted(math.floor((t.params["x"] + 10) / 20 * n) for t in design) == list(range(n))
+    assert sorted(t.params["opt"] for t in design) == ["adam", "adam", "sgd", "sgd"]

@@ -123,7 +123,12 @@ class Auto(BaseSampler):
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
             history = History.from_study(study)
-            kind, self.why = choose(history, self.space, self.number, self.first, self.every)
+            # The model's opening configs take trials of their own, not the design's points: a
+            # design missing one (its first trial taken) left a stratum of every parameter
+            # empty (bench/README.md#what-a-models-knowledge-buys-and-its-trust).
+            design = self.number - sum(1 for t in history
+                                       if t.opening is not None and t.number < self.number)
+            kind, self.why = choose(history, self.space, design, self.first, self.every)
             budget = history.goal.get("n_trials")
             # The start-up's draws need no GP, but the trials after them will: what a GP draw
             # imports is imported meanwhile, while this trial trains.
@@ -134,7 +139,7 @@ class Auto(BaseSampler):
                 kind = self.start if kind == "lhs" and isinstance(self.start, str) else kind
                 kind = self.local if kind == "local" else kind
                 self.inner = build(kind, self.seed, self.space, self.number, self.first,
-                                   goal=history.goal)
+                                   goal=history.goal, row=design)
         return self.inner
 
     def infer_relative_search_space(self, study: optuna.Study,
@@ -281,7 +286,10 @@ class Latin(_Told):
 
 
 def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
-          first: int | None = None, goal: Mapping[str, Any] | None = None) -> BaseSampler:
+          first: int | None = None, goal: Mapping[str, Any] | None = None,
+          row: int | None = None) -> BaseSampler:
+    """Trial `number`'s sampler of `kind`, seeded by `seed` (the study's plus `number`); `row`:
+    its point of the start-up design (`number` unless trials before it were not the design's)."""
     import optuna
 
     if kind == "qmc":
@@ -295,7 +303,8 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
         base = None if seed is None else (seed - number) % 2**32
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return Latin(space, startup(space) if first is None else first, number, seed=base,
+            return Latin(space, startup(space) if first is None else first,
+                         number if row is None else row, seed=base,
                          warn_independent_sampling=False, warn_asynchronous_seeding=False)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)

@@ -127,19 +127,19 @@ def _with_stopped(study: optuna.Study) -> optuna.Study:
             return trials
         stopped = study._get_trials(deepcopy=False, states=(TrialState.PRUNED, TrialState.FAIL),
                                     use_cache=use_cache)
-        if not stopped:
-            return trials
         done = study._get_trials(deepcopy=False, states=(TrialState.COMPLETE,),
                                  use_cache=use_cache)
-        losses = stopped_losses(done, stopped, study.direction)
-        extra = []
-        for t in stopped:
-            if t.number not in losses:
-                continue
-            as_done = copy.copy(t)
-            as_done.state, as_done.value = TrialState.COMPLETE, losses[t.number]
-            extra.append(as_done)
-        return sorted(list(trials) + extra, key=lambda t: t.number)
+        losses = stopped_losses(done, stopped, study.direction) if stopped else {}
+        losses.update(model_capped(done, study.direction))
+        if not losses:
+            return trials
+        out = []
+        for t in list(trials) + [t for t in stopped if t.number in losses]:
+            if t.number in losses:
+                t = copy.copy(t)
+                t.state, t.value = TrialState.COMPLETE, losses[t.number]
+            out.append(t)
+        return sorted(out, key=lambda t: t.number)
 
     view._get_trials = get_trials  # type: ignore[method-assign]
     return view
@@ -173,6 +173,26 @@ def stopped_losses(done: list[FrozenTrial], stopped: list[FrozenTrial],
             if value is not None:
                 out[t.number] = value
     return out
+
+
+def model_capped(done: list[FrozenTrial], direction: Any) -> dict[int, float]:
+    """{trial number: value} for the LLM's complete trials worse than every trial it did not
+    propose, modelled at the worst of those: a model's config on a cliff of the space (chance
+    level, a diverged run) does not stretch the GP's scale past what the engine met itself
+    (bench/README.md#what-a-models-knowledge-buys-and-its-trust)."""
+    from optuna.study import StudyDirection
+
+    def by_model(t: FrozenTrial) -> bool:
+        return t.user_attrs.get(attrs.PROPOSER) == "llm"
+
+    own = [float(t.value) for t in done if not by_model(t) and t.value is not None
+           and math.isfinite(t.value)]
+    if not own:
+        return {}
+    worse, worst = ((float.__gt__, max(own)) if direction == StudyDirection.MINIMIZE
+                    else (float.__lt__, min(own)))
+    return {t.number: worst for t in done if by_model(t) and t.value is not None
+            and worse(float(t.value), worst)}
 
 
 def model_best(study: optuna.Study, done: list[FrozenTrial],
