@@ -137,33 +137,31 @@ def test_the_grpc_proxy_is_refused_with_what_would_not_hold(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_a_server_storage_reuses_its_connections_between_trials_and_keeps_none_while_lean():
+def test_a_server_storage_holds_no_connection_between_calls_and_two_at_most_under_the_lock():
+    """Each storage call opens its connection and closes it: nothing is held while a trial
+    trains or a worker waits; under the study lock, the lock's and one call's."""
     import optuna
     import sqlalchemy
 
     from tests.conftest import server_url
-    from tunepilot.memory.store import engine_of, lean, open_storage
+    from tunepilot.memory.lock import StudyLock
+    from tunepilot.memory.store import open_storage
 
     storage = open_storage(server_url("postgresql"))
-    engine = engine_of(storage)
+    engine = storage._backend.engine  # under Optuna's cache
     sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE])
-    events: list[str] = []  # the pool's connections opened and closed from here
+    events: list[str] = []  # the connections opened and closed from here
     for name in ("connect", "close"):
         sqlalchemy.event.listen(engine.pool, name, lambda *a, name=name: events.append(name))
     try:
-        for _ in range(20):  # a trial's calls between trainings: the one it has, kept
+        for _ in range(3):
             storage.get_all_trials(sid, deepcopy=False)
-        assert events == []
-        with lean(storage):  # training: those kept closed, each call's closed after it
-            assert events and set(events) == {"close"}
-            kept, events[:] = len(events), []
+        assert events == ["connect", "close"] * 3
+        events.clear()
+        with StudyLock(storage, f"study-{sid}"):
             for _ in range(3):
                 storage.get_all_trials(sid, deepcopy=False)
-            assert events == ["connect", "close"] * 3
-        events.clear()
-        for _ in range(5):  # between trials again: one, kept
-            storage.get_all_trials(sid, deepcopy=False)
-        assert events == ["connect"] and kept <= 2
+            assert events == ["connect"] + ["connect", "close"] * 3  # the lock's stays open
+        assert events[-1] == "close" and events.count("connect") == events.count("close")
     finally:
         storage.delete_study(sid)
-        engine.dispose()

@@ -20,7 +20,6 @@ from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
-from tunepilot.memory.store import lean
 from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
@@ -176,8 +175,7 @@ class Loop:
         start = time.perf_counter()
         stopped: StoppedEarly | None = None
         try:
-            with lean(storage):  # no connection held while it trains
-                result = self.trainer(config, report)
+            result = self.trainer(config, report)
         except optuna.TrialPruned:
             raise
         except StoppedEarly as e:
@@ -304,15 +302,14 @@ def wait_for(study: optuna.Study, numbers: set[int], longest: float) -> bool:
     time is up. One read of the running and queued trials every `WAIT_POLL_S`, so a worker
     exits within that of the last trial's end (bench/README.md#several-workers)."""
     end = time.monotonic() + longest
-    with lean(study._storage):  # dozens of waiting workers hold no connection
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(WAIT_POLL_S, left))
-            trials = study._storage.get_all_trials(study._study_id, deepcopy=False, states=(
-                TrialState.RUNNING, TrialState.WAITING))
-            if any(t.state == TrialState.WAITING for t in trials):
-                return False
-            if not numbers & {t.number for t in trials}:
-                return True
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(WAIT_POLL_S, left))
+        trials = study._storage.get_all_trials(
+            study._study_id, deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        if any(t.state == TrialState.WAITING for t in trials):
+            return False
+        if not numbers & {t.number for t in trials}:
+            return True
     return False
 
 

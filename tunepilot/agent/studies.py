@@ -29,7 +29,7 @@ from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.memory.stops import Stop, StopKind
-from tunepilot.memory.store import choose_study, close, open_existing
+from tunepilot.memory.store import choose_study, open_existing
 from tunepilot.proposers.suggest import Candidate
 from tunepilot.runtime import devices, interrupts, pool
 from tunepilot.space import SearchSpace
@@ -89,7 +89,6 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     name, said = choose_study(opened, study, url=storage)
     loaded = load_study(opened, name)
     settings = History.from_study(loaded).settings.get("config")
-    close(opened)  # the worker opens its own, which beats for its trials
     if settings is None:
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
                           "create`, so its trainer and space are unknown; create it with "

@@ -9,10 +9,7 @@ URL forms:
 
 from __future__ import annotations
 
-import contextlib
 import warnings
-import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -315,66 +312,16 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
-    # One connection kept between trainings: a trial's two dozen calls reuse it (a new
-    # PostgreSQL connection costs milliseconds and a server process:
-    # bench/README.md#several-workers), and a worker waiting for the study lock waits on it. A
-    # second, for the calls made while it holds the lock, is closed after. None is kept while a
-    # trial trains (`lean`): Optuna's default pool sat open through every training, several a
-    # worker, and a few dozen workers filled a stock PostgreSQL. One the server dropped (a
-    # restart) is replaced.
-    kwargs: dict[str, Any] = {"pool_size": 1, "max_overflow": -1, "pool_pre_ping": True}
+    # No pool: a connection per storage call, closed after it. A pooled one sat open through
+    # every trial's training, several a worker with Optuna's default pool, and a few dozen
+    # workers filled a stock PostgreSQL (bench/README.md#several-workers).
+    from sqlalchemy.pool import NullPool
+
+    kwargs: dict[str, Any] = {"poolclass": NullPool}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.
         kwargs["connect_args"] = {"application_name": "tunepilot"}
     return kwargs
-
-
-def engine_of(storage: Any) -> Any:
-    """The SQLAlchemy engine under a storage `open_storage` made (through Optuna's cache and
-    the outage rider), or None (a journal file, a storage of the person's own)."""
-    return getattr(storage, "engine", None) or getattr(
-        getattr(storage, "_backend", None), "engine", None)
-
-
-def close(storage: Any) -> None:
-    """Closes the connections `storage` keeps in its pool (one opened to read, then left)."""
-    engine = engine_of(storage)
-    if engine is not None:
-        engine.dispose()
-
-
-_LEAN: dict[int, list[bool]] = {}  # id(engine's pool) -> [lean]: no connection kept
-
-
-@contextlib.contextmanager
-def lean(storage: Any) -> Iterator[None]:
-    """While the block runs (a trial's training: minutes to hours), `storage` keeps no
-    connection to its server open: those in its pool are closed, and a call made meanwhile (a
-    heartbeat, an epoch's report) closes its connection after it. Nothing for SQLite and
-    journal files."""
-    engine = engine_of(storage)
-    pool: Any = getattr(engine, "pool", None)
-    if engine is None or engine.dialect.name == "sqlite" or not hasattr(pool, "dispose"):
-        yield
-        return
-    state = _LEAN.get(id(pool))
-    if state is None:
-        state = _LEAN[id(pool)] = [False]
-
-        def checkin(dbapi_connection: Any, record: Any) -> None:
-            if state[0] and dbapi_connection is not None:
-                record.invalidate()  # closed now; the next checkout connects anew
-
-        import sqlalchemy
-
-        sqlalchemy.event.listen(pool, "checkin", checkin)
-        weakref.finalize(pool, _LEAN.pop, id(pool), None)
-    state[0] = True
-    pool.dispose()  # the idle ones; one in use is closed as it comes back
-    try:
-        yield
-    finally:
-        state[0] = False
 
 
 def _url_hint(url: str) -> str:
