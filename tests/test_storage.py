@@ -137,31 +137,43 @@ def test_the_grpc_proxy_is_refused_with_what_would_not_hold(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
-def test_a_server_storage_holds_no_connection_between_calls_and_two_at_most_under_the_lock():
-    """Each storage call opens its connection and closes it: nothing is held while a trial
-    trains or a worker waits; under the study lock, the lock's and one call's."""
+def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_none_else():
+    """Before its first study lock (a reader, `tune show`) each call opens a connection and
+    closes it; from the lock on, the worker's calls share one, kept; while it trains or waits
+    (`idle`: for the lock, for the other workers) it keeps none; under the lock, two."""
     import optuna
     import sqlalchemy
 
     from tests.conftest import server_url
     from tunepilot.memory.lock import StudyLock
-    from tunepilot.memory.store import open_storage
+    from tunepilot.memory.store import engine_of, idle, open_storage
 
     storage = open_storage(server_url("postgresql"))
-    engine = storage._backend.engine  # under Optuna's cache
+    engine = engine_of(storage)
     sid = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE])
     events: list[str] = []  # the connections opened and closed from here
     for name in ("connect", "close"):
         sqlalchemy.event.listen(engine.pool, name, lambda *a, name=name: events.append(name))
-    try:
-        for _ in range(3):
-            storage.get_all_trials(sid, deepcopy=False)
-        assert events == ["connect", "close"] * 3
+
+    def calls(n: int) -> list[str]:
         events.clear()
-        with StudyLock(storage, f"study-{sid}"):
-            for _ in range(3):
+        for _ in range(n):
+            storage.get_all_trials(sid, deepcopy=False)
+        return list(events)
+
+    try:
+        assert calls(3) == ["connect", "close"] * 3  # a reader keeps nothing
+        events.clear()
+        with StudyLock(storage, f"study-{sid}"):  # the lock's connection, one for the calls
+            for _ in range(5):
                 storage.get_all_trials(sid, deepcopy=False)
-            assert events == ["connect"] + ["connect", "close"] * 3  # the lock's stays open
-        assert events[-1] == "close" and events.count("connect") == events.count("close")
+            assert events == ["connect", "connect"]
+        assert events == ["connect", "connect", "close"]  # one of the two kept
+        assert calls(5) == []  # between the lock and the training: the kept one
+        with idle(engine):  # training
+            assert events == ["close"]
+            assert calls(3) == ["connect", "close"] * 3
+        assert calls(3) == ["connect"]  # after it, one kept again
     finally:
         storage.delete_study(sid)
+        engine.dispose()

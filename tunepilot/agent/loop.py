@@ -20,6 +20,7 @@ from tunepilot.memory import History, records
 from tunepilot.memory.environment import device, versions
 from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
+from tunepilot.memory.store import engine_of, idle
 from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (
@@ -175,7 +176,8 @@ class Loop:
         start = time.perf_counter()
         stopped: StoppedEarly | None = None
         try:
-            result = self.trainer(config, report)
+            with idle(engine_of(storage)):  # no connection kept while it trains
+                result = self.trainer(config, report)
         except optuna.TrialPruned:
             raise
         except StoppedEarly as e:
@@ -302,14 +304,15 @@ def wait_for(study: optuna.Study, numbers: set[int], longest: float) -> bool:
     time is up. One read of the running and queued trials every `WAIT_POLL_S`, so a worker
     exits within that of the last trial's end (bench/README.md#several-workers)."""
     end = time.monotonic() + longest
-    while (left := end - time.monotonic()) > 0:
-        time.sleep(min(WAIT_POLL_S, left))
-        trials = study._storage.get_all_trials(
-            study._study_id, deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-        if any(t.state == TrialState.WAITING for t in trials):
-            return False
-        if not numbers & {t.number for t in trials}:
-            return True
+    with idle(engine_of(study._storage)):  # dozens of waiting workers keep no connection
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(WAIT_POLL_S, left))
+            trials = study._storage.get_all_trials(
+                study._study_id, deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+            if any(t.state == TrialState.WAITING for t in trials):
+                return False
+            if not numbers & {t.number for t in trials}:
+                return True
     return False
 
 

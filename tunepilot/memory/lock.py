@@ -21,6 +21,8 @@ import hashlib
 import threading
 from typing import Any, Self
 
+from tunepilot.memory.store import idle, working
+
 _WAIT_S = 120  # a lock is held for milliseconds; two minutes means a server in trouble
 
 
@@ -69,10 +71,13 @@ class StudyLock:
         try:
             if shared.depth == 0:
                 if self._engine is not None:
-                    if self._outage is not None:
-                        self._outage.call(self._server_acquire)
-                    else:
-                        self._server_acquire()
+                    # A worker waiting for the lock holds the lock's connection alone.
+                    with idle(self._engine):
+                        if self._outage is not None:
+                            self._outage.call(self._server_acquire)
+                        else:
+                            self._server_acquire()
+                    working(self._engine)
                 elif self._path is not None:
                     import fcntl
 
