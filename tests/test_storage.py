@@ -145,8 +145,9 @@ def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_non
     import sqlalchemy
 
     from tests.conftest import server_url
+    from tunepilot.memory.connections import engine_of, idle
     from tunepilot.memory.lock import StudyLock
-    from tunepilot.memory.store import engine_of, idle, open_storage
+    from tunepilot.memory.store import open_storage
 
     storage = open_storage(server_url("postgresql"))
     engine = engine_of(storage)

@@ -17,10 +17,10 @@ from optuna.trial import TrialState
 from tunepilot.agent import opening
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, records
+from tunepilot.memory.connections import engine_of, idle
 from tunepilot.memory.environment import device, versions
 from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
-from tunepilot.memory.store import engine_of, idle
 from tunepilot.memory.text import clip
 from tunepilot.runtime import interrupts
 from tunepilot.trainers.base import (

@@ -21,7 +21,7 @@ import hashlib
 import threading
 from typing import Any, Self
 
-from tunepilot.memory.store import idle, working
+from tunepilot.memory.connections import engine_of, idle, working
 
 _WAIT_S = 120  # a lock is held for milliseconds; two minutes means a server in trouble
 
@@ -53,9 +53,7 @@ class StudyLock:
         digest = hashlib.sha1(f"tunepilot:{study_name}".encode()).digest()
         self._key = int.from_bytes(digest[:8], "big", signed=True)
         self._mysql_name = "tunepilot:" + digest.hex()[:40]
-        # Optuna wraps an RDBStorage in a cache (study._storage); the engine is inside.
-        engine = getattr(storage, "engine", None) or getattr(
-            getattr(storage, "_backend", None), "engine", None)
+        engine = engine_of(storage)
         self._dialect = engine.dialect.name if engine is not None else None
         self._engine = engine if self._dialect in ("postgresql", "mysql", "mariadb") else None
         self._path = _journal_path(storage)
@@ -178,8 +176,7 @@ class OneProcessRun:
     a trial of the study still RUNNING from before is one whose process died."""
 
     def __init__(self, storage: Any, study_name: str):
-        engine = getattr(storage, "engine", None) or getattr(
-            getattr(storage, "_backend", None), "engine", None)
+        engine = engine_of(storage)
         database = engine.url.database if engine is not None and \
             engine.dialect.name == "sqlite" else None
         if database == ":memory:":

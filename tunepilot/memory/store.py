@@ -9,14 +9,12 @@ URL forms:
 
 from __future__ import annotations
 
-import contextlib
-import threading
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, StorageUnavailable, did_you_mean
+from tunepilot.memory.connections import worker_pool
 from tunepilot.memory.recovery import _RETRIES, StaleTrial
 from tunepilot.memory.redact import redact
 
@@ -321,72 +319,12 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
     # (`idle`), nor before its first lock: Optuna's default pool sat open through every
     # training, several a worker, and a few dozen workers filled a stock PostgreSQL. One the
     # server dropped (a restart) is found at checkout and replaced.
-    kwargs: dict[str, Any] = {"poolclass": _worker_pool(), "pool_size": 1, "max_overflow": -1,
+    kwargs: dict[str, Any] = {"poolclass": worker_pool(), "pool_size": 1, "max_overflow": -1,
                               "pool_pre_ping": True}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.
         kwargs["connect_args"] = {"application_name": "tunepilot"}
     return kwargs
-
-
-def _worker_pool() -> type:
-    """A pool class of one storage's own, its state in `kept`: [the study lock taken once,
-    `idle` blocks open]. A connection is kept for the next call only after the first lock and
-    outside `idle`; otherwise each is closed as it comes back (while Optuna checks the schema at
-    open, too: 64 workers opening their storages together each kept one more)."""
-    import sqlalchemy
-    from sqlalchemy.pool import QueuePool
-
-    kept = [0, 0]
-
-    class WorkerPool(QueuePool):
-        pass
-
-    WorkerPool.kept = kept  # type: ignore[attr-defined]
-
-    def checkin(dbapi_connection: Any, record: Any) -> None:
-        if dbapi_connection is not None and not (kept[0] and kept[1] == 0):
-            record.invalidate()  # closed now; the next checkout connects anew
-
-    sqlalchemy.event.listen(WorkerPool, "checkin", checkin)
-    return WorkerPool
-
-
-def working(engine: Any) -> None:
-    """The worker took the study lock: from now on its pool keeps a connection between calls,
-    except inside `idle`."""
-    kept = getattr(getattr(engine, "pool", None), "kept", None)
-    if kept is not None:
-        kept[0] = 1
-
-
-_IDLE_GUARD = threading.Lock()
-
-
-@contextlib.contextmanager
-def idle(engine: Any) -> Iterator[None]:
-    """While the block runs (a trial's training, a wait for the study lock or for the other
-    workers: seconds to hours) `engine` keeps no connection: the idle one is closed, and each
-    call made meanwhile (an epoch's report, a heartbeat) closes its own after it."""
-    kept = getattr(getattr(engine, "pool", None), "kept", None)
-    if kept is None:
-        yield
-        return
-    with _IDLE_GUARD:  # a worker's threads train side by side
-        kept[1] += 1
-    engine.pool.dispose()  # the idle one; one in use is closed as it comes back
-    try:
-        yield
-    finally:
-        with _IDLE_GUARD:
-            kept[1] -= 1
-
-
-def engine_of(storage: Any) -> Any:
-    """The SQLAlchemy engine under a storage `open_storage` made (through Optuna's cache and
-    the outage rider), or None (a journal file, a storage of the person's own)."""
-    return getattr(storage, "engine", None) or getattr(
-        getattr(storage, "_backend", None), "engine", None)
 
 
 def _url_hint(url: str) -> str:

@@ -1,0 +1,71 @@
+"""A worker's connections to a database server: one kept for its calls from the study lock to
+its trial's training, none while it trains or waits (docs/overnight.md#several-workers-one-study).
+`store.open_storage` gives each server storage a `worker_pool`; `lock.StudyLock` and the loop
+say when the worker works and when it idles."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+def worker_pool() -> type:
+    """A pool class of one storage's own, its state in `kept`: [the study lock taken once,
+    `idle` blocks open]. A connection is kept for the next call only after the first lock and
+    outside `idle`; otherwise each is closed as it comes back (while Optuna checks the schema at
+    open, too: 64 workers opening their storages together each kept one more)."""
+    import sqlalchemy
+    from sqlalchemy.pool import QueuePool
+
+    kept = [0, 0]
+
+    class WorkerPool(QueuePool):
+        pass
+
+    WorkerPool.kept = kept  # type: ignore[attr-defined]
+
+    def checkin(dbapi_connection: Any, record: Any) -> None:
+        if dbapi_connection is not None and not (kept[0] and kept[1] == 0):
+            record.invalidate()  # closed now; the next checkout connects anew
+
+    sqlalchemy.event.listen(WorkerPool, "checkin", checkin)
+    return WorkerPool
+
+
+def working(engine: Any) -> None:
+    """The worker took the study lock: from now on its pool keeps a connection between calls,
+    except inside `idle`."""
+    kept = getattr(getattr(engine, "pool", None), "kept", None)
+    if kept is not None:
+        kept[0] = 1
+
+
+_IDLE_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def idle(engine: Any) -> Iterator[None]:
+    """While the block runs (a trial's training, a wait for the study lock or for the other
+    workers: seconds to hours) `engine` keeps no connection: the idle one is closed, and each
+    call made meanwhile (an epoch's report, a heartbeat) closes its own after it."""
+    kept = getattr(getattr(engine, "pool", None), "kept", None)
+    if kept is None:
+        yield
+        return
+    with _IDLE_GUARD:  # a worker's threads train side by side
+        kept[1] += 1
+    engine.pool.dispose()  # the idle one; one in use is closed as it comes back
+    try:
+        yield
+    finally:
+        with _IDLE_GUARD:
+            kept[1] -= 1
+
+
+def engine_of(storage: Any) -> Any:
+    """The SQLAlchemy engine under a storage `open_storage` made (through Optuna's cache and
+    the outage rider), or None (a journal file, a storage of the person's own)."""
+    return getattr(storage, "engine", None) or getattr(
+        getattr(storage, "_backend", None), "engine", None)
