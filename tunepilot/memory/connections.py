@@ -14,8 +14,9 @@ from typing import Any
 def worker_pool() -> type:
     """A pool class of one storage's own, its state in `kept`: [the study lock taken once,
     `idle` blocks open]. A connection is kept for the next call only after the first lock and
-    outside `idle`; otherwise each is closed as it comes back (while Optuna checks the schema at
-    open, too: 64 workers opening their storages together each kept one more)."""
+    outside `idle`; otherwise each is closed as it comes back, while Optuna checks the schema at
+    open too (workers opening their storages together each kept one more:
+    bench/README.md#several-workers)."""
     import sqlalchemy
     from sqlalchemy.pool import QueuePool
 
