@@ -11,16 +11,27 @@ from collections.abc import Iterator
 from typing import Any
 
 
+class Kept:
+    """What a worker's pool may keep: nothing until the worker first took the study lock
+    (`working`), and nothing while an `idle` block of any of its threads runs."""
+
+    def __init__(self) -> None:
+        self.working = False
+        self.idling = 0
+
+    def now(self) -> bool:
+        return self.working and self.idling == 0
+
+
 def worker_pool() -> type:
-    """A pool class of one storage's own, its state in `kept`: [the study lock taken once,
-    `idle` blocks open]. A connection is kept for the next call only after the first lock and
-    outside `idle`; otherwise each is closed as it comes back, while Optuna checks the schema at
-    open too (workers opening their storages together each kept one more:
-    bench/README.md#several-workers)."""
+    """A pool class of one storage's own, its `Kept` state in `kept`: a connection is kept for
+    the next call only while `kept.now()`; otherwise each is closed as it comes back, while
+    Optuna checks the schema at open too (workers opening their storages together each kept one
+    more: bench/README.md#several-workers)."""
     import sqlalchemy
     from sqlalchemy.pool import QueuePool
 
-    kept = [0, 0]
+    kept = Kept()
 
     class WorkerPool(QueuePool):
         pass
@@ -28,19 +39,22 @@ def worker_pool() -> type:
     WorkerPool.kept = kept  # type: ignore[attr-defined]
 
     def checkin(dbapi_connection: Any, record: Any) -> None:
-        if dbapi_connection is not None and not (kept[0] and kept[1] == 0):
+        if dbapi_connection is not None and not kept.now():
             record.invalidate()  # closed now; the next checkout connects anew
 
     sqlalchemy.event.listen(WorkerPool, "checkin", checkin)
     return WorkerPool
 
 
+def _kept(engine: Any) -> Kept | None:
+    return getattr(getattr(engine, "pool", None), "kept", None)
+
+
 def working(engine: Any) -> None:
     """The worker took the study lock: from now on its pool keeps a connection between calls,
     except inside `idle`."""
-    kept = getattr(getattr(engine, "pool", None), "kept", None)
-    if kept is not None:
-        kept[0] = 1
+    if (kept := _kept(engine)) is not None:
+        kept.working = True
 
 
 _IDLE_GUARD = threading.Lock()
@@ -51,18 +65,17 @@ def idle(engine: Any) -> Iterator[None]:
     """While the block runs (a trial's training, a wait for the study lock or for the other
     workers: seconds to hours) `engine` keeps no connection: the idle one is closed, and each
     call made meanwhile (an epoch's report, a heartbeat) closes its own after it."""
-    kept = getattr(getattr(engine, "pool", None), "kept", None)
-    if kept is None:
+    if (kept := _kept(engine)) is None:
         yield
         return
     with _IDLE_GUARD:  # a worker's threads train side by side
-        kept[1] += 1
+        kept.idling += 1
     engine.pool.dispose()  # the idle one; one in use is closed as it comes back
     try:
         yield
     finally:
         with _IDLE_GUARD:
-            kept[1] -= 1
+            kept.idling -= 1
 
 
 def engine_of(storage: Any) -> Any:
