@@ -140,7 +140,7 @@ def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | N
         outs = [p.communicate()[0] for p in procs]
     wall = time.time() - start
     failed = [o for p, o in zip(procs, outs, strict=True) if p.returncode != 0]
-    return {"kind": kind, "n": n, "wall": wall, "peak": peak.peak, "failed": len(failed),
+    return {"kind": kind, "n": n, "wall": wall, "start": start, "peak": peak.peak, "failed": len(failed),
             "why": failed[0].strip().splitlines()[-1][:160] if failed else "",
             "done": completed(pg.url, study), "total": total, "outs": outs}
 

@@ -100,7 +100,7 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
     from tunepilot.errors import StorageUnavailable
     from tunepilot.memory import outage, store
 
-    def full(url: str, beat: object) -> None:
+    def full(url: str, beat: object, worker: bool = False) -> None:
         try:
             raise RuntimeError('connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
                                "sorry, too many clients already")
@@ -138,9 +138,10 @@ def test_the_grpc_proxy_is_refused_with_what_would_not_hold(tmp_path):
 
 
 def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_none_else():
-    """Before its first study lock (a reader, `tune show`) each call opens a connection and
-    closes it; from the lock on, the worker's calls share one, kept; while it trains or waits
-    (`idle`: for the lock, for the other workers) it keeps none; under the lock, two."""
+    """A reader (`tune show`) opens a connection for each call and closes it, until it takes
+    the study lock; from then on its calls share one, kept, as a worker's do from its storage's
+    opening; while it trains or waits (`idle`: for the lock, for the other workers) it keeps
+    none; under the lock, two."""
     import optuna
     import sqlalchemy
 
@@ -175,6 +176,19 @@ def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_non
             assert events == ["close"]
             assert calls(3) == ["connect", "close"] * 3
         assert calls(3) == ["connect"]  # after it, one kept again
+        # A worker's storage (`tune worker`) keeps one from its opening: its start's calls
+        # (Optuna's schema check, the study's settings) share it.
+        worker = open_storage(server_url("postgresql"), worker=True)
+        engine = engine_of(worker)
+        for name in ("connect", "close"):
+            sqlalchemy.event.listen(engine.pool, name, lambda *a, name=name: events.append(name))
+        events.clear()
+        for _ in range(3):
+            worker.get_all_trials(sid, deepcopy=False)
+        assert events == []
+        with idle(engine):
+            assert events == ["close"]
     finally:
         storage.delete_study(sid)
+        engine_of(storage).dispose()
         engine.dispose()

@@ -55,7 +55,7 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
             settings["config"][key] = redact(settings["config"][key])
     settings["config"]["track"] = [redact(t) for t in cfg.track]
     storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
-                           retry_stale=cfg.retry_interrupted, outage_s=cfg.outage)
+                           retry_stale=cfg.retry_interrupted, outage_s=cfg.outage, worker=worker)
     llm = LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature, cfg.llm_max_tokens,
                       cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path, cfg.llm_attempts)
     tuner = Tuner(trainer, space, llm=llm, strategy=cfg.strategy,

@@ -28,6 +28,7 @@ from tunepilot.agent.tuner import Tuner
 from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, TrialRecord, load_study, redact
+from tunepilot.memory.connections import engine_of
 from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import choose_study, open_existing
 from tunepilot.proposers.suggest import Candidate
@@ -85,10 +86,16 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     stored settings, as `tune worker` does. `overrides` replace stored settings that belong to
     this machine: ``llm``, ``llm_base_url``, ``llm_model_path``, ``isolate``."""
     check_shared(storage, "`tune worker`")
-    opened = open_existing(storage)  # once: each opening of a server's storage costs a check
-    name, said = choose_study(opened, study, url=storage)
-    loaded = load_study(opened, name)
-    settings = History.from_study(loaded).settings.get("config")
+    # Once: each opening of a server's storage costs a check. Its calls share one connection,
+    # closed before the tuner opens the storage it works on (a worker keeps one at a time).
+    opened = open_existing(storage, worker=True)
+    try:
+        name, said = choose_study(opened, study, url=storage)
+        loaded = load_study(opened, name)
+        settings = History.from_study(loaded).settings.get("config")
+    finally:
+        if (engine := engine_of(opened)) is not None:
+            engine.dispose()
     if settings is None:
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
                           "create`, so its trainer and space are unknown; create it with "

@@ -1,7 +1,7 @@
-"""A worker's connections to a database server: one kept for its calls from the study lock to
-its trial's training, none while it trains or waits (docs/overnight.md#several-workers-one-study).
-`store.open_storage` gives each server storage a `worker_pool`; `lock.StudyLock` and the loop
-say when the worker works and when it idles."""
+"""A worker's connections to a database server: one kept for its calls from its storage's
+opening (or its first study lock) to its trial's training, none while it trains or waits
+(docs/overnight.md#several-workers-one-study). `store.open_storage` gives each server storage a
+`worker_pool`; `lock.StudyLock` and the loop say when the worker works and when it idles."""
 
 from __future__ import annotations
 
@@ -12,26 +12,29 @@ from typing import Any
 
 
 class Kept:
-    """What a worker's pool may keep: nothing until the worker first took the study lock
-    (`working`), and nothing while an `idle` block of any of its threads runs."""
+    """What a worker's pool may keep: nothing until the worker works (it opened its storage as
+    a worker, or took the study lock: `working`), and nothing while an `idle` block of any of
+    its threads runs."""
 
-    def __init__(self) -> None:
-        self.working = False
+    def __init__(self, working: bool = False) -> None:
+        self.working = working
         self.idling = 0
 
     def now(self) -> bool:
         return self.working and self.idling == 0
 
 
-def worker_pool() -> type:
+def worker_pool(working: bool = False) -> type:
     """A pool class of one storage's own, its `Kept` state in `kept`: a connection is kept for
-    the next call only while `kept.now()`; otherwise each is closed as it comes back, while
-    Optuna checks the schema at open too (workers opening their storages together each kept one
-    more: bench/README.md#several-workers)."""
+    the next call only while `kept.now()`; otherwise each is closed as it comes back. A reader
+    (`tune show`, a notebook's loaded study, `tune run --n-workers`'s parent) keeps none; a
+    worker (`working`) keeps one from its storage's opening, Optuna's schema check included (a
+    connection for each of its start's two dozen calls cost the server 0.3 CPU-s a worker:
+    bench/README.md#several-workers)."""
     import sqlalchemy
     from sqlalchemy.pool import QueuePool
 
-    kept = Kept()
+    kept = Kept(working)
 
     class WorkerPool(QueuePool):
         pass
@@ -51,7 +54,7 @@ def _kept(engine: Any) -> Kept | None:
 
 
 def working(engine: Any) -> None:
-    """The worker took the study lock: from now on its pool keeps a connection between calls,
+    """The process took the study lock: from now on its pool keeps a connection between calls,
     except inside `idle`."""
     if (kept := _kept(engine)) is not None:
         kept.working = True

@@ -190,11 +190,16 @@ class History(Sequence[TrialRecord]):
     study: Any = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def from_study(cls, study: optuna.Study, *, exclude: int | None = None) -> History:
+    def from_study(cls, study: optuna.Study, *, exclude: int | None = None,
+                   this_trial: bool = False) -> History:
         """The study's trials (all but trial number `exclude`) and its notes and hints; of the
-        whole study where Hyperband hands a sampler one bracket's view (`attrs.whole`)."""
+        whole study where Hyperband hands a sampler one bracket's view (`attrs.whole`).
+        `this_trial`: a sampler's read, the trials as Optuna read them once for the trial it
+        samples (its samplers share that read), not a read of its own."""
         study = attrs.whole(study)
-        trials = [t for t in study.get_trials(deepcopy=False) if t.number != exclude]
+        read = (study._get_trials(deepcopy=False, use_cache=True) if this_trial
+                else study.get_trials(deepcopy=False))
+        trials = [t for t in read if t.number != exclude]
         user_attrs = study.user_attrs
         notes = user_attrs.get(attrs.NOTES) or {}
         hints = tuple(h["text"] for h in user_attrs.get(attrs.HINTS) or [])

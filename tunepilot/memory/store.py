@@ -26,7 +26,8 @@ _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle
 
 
 def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1,
-                 outage_s: float | None = None) -> optuna.storages.BaseStorage:
+                 outage_s: float | None = None,
+                 worker: bool = False) -> optuna.storages.BaseStorage:
     """An Optuna storage for `url`; raises `ConfigError` with the accepted forms.
 
     Database storages get a heartbeat: a running trial whose process died (kill -9, a lost
@@ -38,7 +39,9 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
     (a trial trains for minutes, its storage calls take milliseconds; what many workers need:
     bench/README.md#several-workers), and every call rides out an outage of up to `outage_s`
     seconds (`riding.Riding`; default `outage.OUTAGE_S`). A server with no connection left when
-    the storage is opened is waited for the same way.
+    the storage is opened is waited for the same way. A `worker`'s storage keeps one connection
+    for its calls from its opening on, a reader's none until it takes the study lock
+    (`connections.worker_pool`).
     """
     import optuna
     from optuna.storages.journal import JournalFileBackend
@@ -76,7 +79,7 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
             storage = _rdb_storage(url, beat)
             _RETRIES[storage] = retry_stale
             return storage
-        return _on_server(url, beat, retry_stale, outage_s)
+        return _on_server(url, beat, retry_stale, outage_s, worker)
     except StorageUnavailable:  # a full server, waited for past the outage limit
         raise
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
@@ -170,7 +173,8 @@ _SCHEMA_RACE = ("already exists", "unique constraint failed: alembic_version",
 SCHEMA_ATTEMPTS = 8
 
 
-def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
+def _rdb_storage(url: str, beat: dict[str, Any],
+                 worker: bool = False) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage; a lost race with another process creating the schema is tried
     again (the winner's tables are there by then, and creating them again is a no-op)."""
     import random
@@ -182,7 +186,8 @@ def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
+                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url, worker),
+                                                  **beat)
         except Exception as e:
             if attempt == SCHEMA_ATTEMPTS - 1 or not any(
                     m in f"{type(e).__name__} {e}".lower() for m in _SCHEMA_RACE):
@@ -250,10 +255,11 @@ def choose_study(storage: str | optuna.storages.BaseStorage, name: str | None, *
     return name, None
 
 
-def open_existing(url: str) -> optuna.storages.BaseStorage:
+def open_existing(url: str, *, worker: bool = False) -> optuna.storages.BaseStorage:
     """The storage at `url`, which must hold Optuna's tables already: a reader (`tune show`,
     `best`, `report`, `prompt`, `dashboard`) never creates a file, a table or a row, so a
-    wrong `--storage` leaves an application's database as it was."""
+    wrong `--storage` leaves an application's database as it was. `worker`: its calls share
+    one connection, kept until its engine is disposed (`tune worker`'s look at the study)."""
     if url.startswith("journal:") or url.endswith(".log"):
         path = Path(url.removeprefix("journal:"))
         if not path.is_file():
@@ -273,7 +279,7 @@ def open_existing(url: str) -> optuna.storages.BaseStorage:
             "tunepilot wrote nothing there. Pass --storage with the URL the search used, or "
             "start a search there with `tune run --storage URL`."
         )
-    return open_storage(url, heartbeat_s=None)  # a reader beats for no trial
+    return open_storage(url, heartbeat_s=None, worker=worker)  # a reader beats for no trial
 
 
 def _tables(url: str) -> set[str] | None:
@@ -294,7 +300,7 @@ def _tables(url: str) -> set[str] | None:
 
 
 def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
-               outage_s: float | None) -> optuna.storages.BaseStorage:
+               outage_s: float | None, worker: bool) -> optuna.storages.BaseStorage:
     """A database server's storage: Optuna's RDB storage and its cache, each call ridden
     through outages; opened once the server has a connection to give."""
     from optuna.storages._cached_storage import _CachedStorage
@@ -303,23 +309,24 @@ def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
     from tunepilot.memory.riding import Riding
 
     outage = Outage(OUTAGE_S if outage_s is None else outage_s)
-    rdb = outage.call(_rdb_storage, url, beat, retry_if=server_full)
+    rdb = outage.call(_rdb_storage, url, beat, worker, retry_if=server_full)
     _RETRIES[rdb] = retry_stale
     # Its calls are added after the class from Optuna's protocols, which mypy cannot see.
     return Riding(_CachedStorage(rdb), outage)  # type: ignore[abstract]
 
 
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def _engine_kwargs(url: str, worker: bool = False) -> dict[str, Any]:
     if url.startswith("sqlite"):
         # Wait for a writer instead of failing at once with "database is locked".
         return {"connect_args": {"timeout": 30}}
     # One connection kept for a worker's calls from the study lock to its trial's training and
     # from its end to the next lock (a connection per call cost the server a process for each of
     # a trial's two dozen calls: bench/README.md#several-workers); none while it trains or waits
-    # (`idle`), nor before its first lock: Optuna's default pool sat open through every
-    # training, several a worker, and a few dozen workers filled a stock PostgreSQL. One the
-    # server dropped (a restart) is found at checkout and replaced.
-    kwargs: dict[str, Any] = {"poolclass": worker_pool(), "pool_size": 1, "max_overflow": -1,
+    # (`idle`), nor, in a reader, before its first lock: Optuna's default pool sat open through
+    # every training, several a worker, and a few dozen workers filled a stock PostgreSQL. One
+    # the server dropped (a restart) is found at checkout and replaced.
+    kwargs: dict[str, Any] = {"poolclass": worker_pool(worker), "pool_size": 1,
+                              "max_overflow": -1,
                               "pool_pre_ping": True}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.

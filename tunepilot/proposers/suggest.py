@@ -202,7 +202,8 @@ class AgentSampler(BaseSampler):
             for name, dist in self.space.distributions().items():
                 if name not in params:
                     params[name] = sampler.sample_independent(study, trial, name, dist)
-            history = history or History.from_study(attrs.whole(study), exclude=trial.number)
+            history = history or History.from_study(attrs.whole(study), exclude=trial.number,
+                                                    this_trial=True)
             if attempt == _REDRAWS or history.with_config(params, self.space) is None:
                 break
             if self.redraw_for_trial is not None:  # another seed
