@@ -4,9 +4,11 @@ nothing else connected), in the same run.
 
 Each trial sleeps 2-3 s and uses no CPU, so only the coordination is measured. A row: N workers
 share 2 x N trials; wall time from the first worker's start to the last one's exit (process
-start-up included: `--startup` prints each worker's seconds from its start to its first
-trial), the ideal (two trials of 3 s), the peak of the server's client connections (polled
-every 20 ms), and the workers that exited with an error. `--restart S` stops the server S
+start-up included), the ideal (two trials of 3 s), the peak of the server's client connections
+(polled every 20 ms), the workers that exited with an error, and the seconds from the workers'
+start to the first trial's start and to the N-th's (the last worker's first trial).
+`--plain-sampler gp`: the plain Optuna workers use `GPSampler()` (the model tunepilot's default
+draws with) instead of Optuna's default, TPE. `--restart S` stops the server S
 seconds after a third of the trials are done and starts it again after `--down` seconds.
 
     python bench/night.py --workers 4,16,64
@@ -52,8 +54,9 @@ import optuna
 from optuna.study import MaxTrialsCallback
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-url, name, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
-study = optuna.load_study(study_name=name, storage=url)
+url, name, total, kind = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+sampler = optuna.samplers.GPSampler() if kind == "gp" else None
+study = optuna.load_study(study_name=name, storage=url, sampler=sampler)
 print("first trial at", time.time(), flush=True)
 
 def objective(trial):
@@ -108,7 +111,7 @@ def completed(url: str, study: str) -> int:
 
 
 def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | None,
-        down: float, sampler: str = "auto") -> dict[str, object]:
+        down: float, sampler: str = "auto", plain: str = "tpe") -> dict[str, object]:
     study = f"{kind}-{n}"
     total = 2 * n
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{work}"}
@@ -124,7 +127,7 @@ def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | N
         import optuna
 
         optuna.create_study(study_name=study, storage=pg.url)
-        argv = [[sys.executable, str(work / "plain.py"), pg.url, study, str(total)]
+        argv = [[sys.executable, str(work / "plain.py"), pg.url, study, str(total), plain]
                 for _ in range(n)]
     start = time.time()
     with Peak(pg.url) as peak:
@@ -140,9 +143,24 @@ def run(kind: str, n: int, pg: ThrowawayPostgres, work: Path, restart: float | N
         outs = [p.communicate()[0] for p in procs]
     wall = time.time() - start
     failed = [o for p, o in zip(procs, outs, strict=True) if p.returncode != 0]
-    return {"kind": kind, "n": n, "wall": wall, "start": start, "peak": peak.peak, "failed": len(failed),
+    return {"kind": kind, "n": n, "wall": wall, "peak": peak.peak, "failed": len(failed),
             "why": failed[0].strip().splitlines()[-1][:160] if failed else "",
-            "done": completed(pg.url, study), "total": total, "outs": outs}
+            "done": completed(pg.url, study), "total": total, "outs": outs,
+            "starts": [s - start for s in starts(pg.url, study)]}
+
+
+def starts(url: str, study: str) -> list[float]:
+    """When the study's trials started (seconds since the epoch), in order."""
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as db:
+            # Optuna writes the local time without a zone: read back as local time.
+            return sorted(t.timestamp() for t, in db.execute(sqlalchemy.text(
+                "SELECT t.datetime_start FROM trials t JOIN studies s ON "
+                "s.study_id = t.study_id WHERE s.study_name = :n AND t.datetime_start IS NOT "
+                "NULL"), {"n": study}))
+    finally:
+        engine.dispose()
 
 
 def storm(n: int, pg: ThrowawayPostgres, work: Path, seconds: float, every: float) -> str:
@@ -214,14 +232,17 @@ def main() -> None:
     parser.add_argument("--down", type=float, default=30.0)
     parser.add_argument("--show", type=int, default=0, help="print the first N workers' output")
     parser.add_argument("--sampler", default="auto", help="tunepilot's sampler [auto]")
+    parser.add_argument("--plain-sampler", choices=("tpe", "gp"), default="tpe",
+                        help="plain Optuna's sampler [tpe: Optuna's default]")
     parser.add_argument("--storm", type=float, help="seconds of kills (see the module's text)")
     parser.add_argument("--kill-every", type=float, default=15.0)
     args = parser.parse_args()
     kinds = [args.only] if args.only else ["tunepilot", "optuna"]
     print(f"# night bench {time.strftime('%Y-%m-%d %H:%M')}: PostgreSQL max_connections "
           f"{args.max_connections}; trials sleep 2-3 s", flush=True)
-    print("| workers | trials | | wall s | ideal s | peak connections | failed | complete |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| workers | trials | | wall s | ideal s | peak connections | failed | complete | "
+          "first trial starts, s | the N-th starts, s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp, \
             ThrowawayPostgres(args.max_connections) as pg:
         work = Path(tmp)
@@ -234,10 +255,15 @@ def main() -> None:
                 print(storm(n, pg, work, args.storm, args.kill_every), flush=True)
                 continue
             for kind in kinds:
-                row = run(kind, n, pg, work, args.restart, args.down, args.sampler)
-                who = f"tunepilot ({args.sampler})" if kind == "tunepilot" else "plain Optuna"
+                row = run(kind, n, pg, work, args.restart, args.down, args.sampler,
+                          args.plain_sampler)
+                who = (f"tunepilot ({args.sampler})" if kind == "tunepilot" else
+                       f"plain Optuna ({args.plain_sampler})")
+                began = list(row["starts"])  # type: ignore[call-overload]
+                when = (f"{began[0]:.1f} | {began[min(n, len(began)) - 1]:.1f}" if began
+                        else "- | -")
                 print(f"| {n} | {row['total']} x 2-3 s | {who} | {row['wall']:.1f} | 6 | "
-                      f"{row['peak']} | {row['failed']} of {n} | {row['done']} |"
+                      f"{row['peak']} | {row['failed']} of {n} | {row['done']} | {when} |"
                       + (f" first error: {row['why']}" if row["failed"] else ""), flush=True)
                 for out in list(row["outs"])[:args.show]:  # type: ignore[call-overload]
                     print("\n".join("    " + line for line in out.splitlines()))

@@ -122,7 +122,7 @@ class Auto(BaseSampler):
 
     def _pick(self, study: optuna.Study) -> BaseSampler:
         if self.inner is None:
-            history = History.from_study(study)
+            history = History.from_study(study, this_trial=True)
             # The model's opening configs take trials of their own, not the design's points: a
             # design missing one (its first trial taken) left a stratum of every parameter
             # empty (bench/README.md#what-a-models-knowledge-buys-and-its-trust).
