@@ -69,10 +69,12 @@ study.optimize(objective, callbacks=[MaxTrialsCallback(total, states=None)])
 
 
 class Peak:
-    """The server's client connections, polled: their peak (the poller's own left out)."""
+    """The server's client connections, polled: their peak (the poller's own left out). The
+    poller keeps its connection (a new one every 20 ms cost the server a quarter of a core,
+    which the workers measured were short of), in autocommit, so each count is read afresh."""
 
     def __init__(self, url: str):
-        self.engine = sqlalchemy.create_engine(url, poolclass=NullPool)
+        self.engine = sqlalchemy.create_engine(url, pool_size=1, isolation_level="AUTOCOMMIT")
         self.peak = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -80,13 +82,19 @@ class Peak:
     def _poll(self) -> None:
         query = sqlalchemy.text("SELECT count(*) FROM pg_stat_activity "
                                 "WHERE backend_type = 'client backend'")
+        db = None
         while not self._stop.is_set():
             try:
-                with self.engine.connect() as db:
-                    self.peak = max(self.peak, int(db.execute(query).scalar() or 0) - 1)
-            except sqlalchemy.exc.OperationalError:  # full, or down: the workers' business
-                pass
+                db = db or self.engine.connect()
+                self.peak = max(self.peak, int(db.execute(query).scalar() or 0) - 1)
+            except sqlalchemy.exc.SQLAlchemyError:  # full, or down: the workers' business
+                if db is not None:
+                    db.invalidate()
+                    db = None
             time.sleep(0.02)
+        if db is not None:
+            db.close()
+        self.engine.dispose()
 
     def __enter__(self) -> Peak:
         self._thread.start()

@@ -20,11 +20,12 @@ from tunepilot.trainers import builtin
 from tunepilot.trainers.base import Trainer
 
 
-def from_config(cfg: TuneConfig, display: Observer | None = None,
-                worker: bool = False) -> tuple[Tuner, list[str]]:
+def from_config(cfg: TuneConfig, display: Observer | None = None, worker: bool = False,
+                storage: Any = None) -> tuple[Tuner, list[str]]:
     """The `Tuner` a `TuneConfig` describes, and lines that tell the person what was chosen.
 
     A `worker` joins a study someone else created, so it does not warm-start it again.
+    `storage`: one opened already for `cfg.storage` with `storage_options(cfg)`.
 
     The CLI, workers and notebooks all build their tuner here, so a config means the same
     everywhere.
@@ -54,8 +55,8 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
         if settings["config"].get(key):
             settings["config"][key] = redact(settings["config"][key])
     settings["config"]["track"] = [redact(t) for t in cfg.track]
-    storage = open_storage(cfg.storage, heartbeat_s=cfg.heartbeat or None,
-                           retry_stale=cfg.retry_interrupted, outage_s=cfg.outage, worker=worker)
+    if storage is None:
+        storage = open_storage(cfg.storage, **storage_options(cfg), worker=worker)
     llm = LLMSettings(cfg.llm, cfg.llm_base_url, cfg.llm_temperature, cfg.llm_max_tokens,
                       cfg.llm_timeout, cfg.llm_prices, cfg.llm_model_path, cfg.llm_attempts)
     tuner = Tuner(trainer, space, llm=llm, strategy=cfg.strategy,
@@ -68,6 +69,12 @@ def from_config(cfg: TuneConfig, display: Observer | None = None,
     notes += tuner.take_first_lines()  # printed by the caller, with the rest
     notes.append("search space:\n" + space.describe())
     return tuner, notes
+
+
+def storage_options(cfg: TuneConfig) -> dict[str, Any]:
+    """What `open_storage` is told of `cfg`'s storage: its heartbeat, retries and outage."""
+    return {"heartbeat_s": cfg.heartbeat or None, "retry_stale": cfg.retry_interrupted,
+            "outage_s": cfg.outage}
 
 
 def build_trainer(cfg: TuneConfig) -> tuple[Trainer, Any]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 
-from tunepilot.agent.build import build_trainer, from_config
+from tunepilot.agent.build import build_trainer, from_config, storage_options
 from tunepilot.agent.observer import Observer
 from tunepilot.agent.results import TuneResult
 from tunepilot.agent.tuner import Tuner
@@ -86,16 +86,18 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     stored settings, as `tune worker` does. `overrides` replace stored settings that belong to
     this machine: ``llm``, ``llm_base_url``, ``llm_model_path``, ``isolate``."""
     check_shared(storage, "`tune worker`")
-    # Once: each opening of a server's storage costs a check. Its calls share one connection,
-    # closed before the tuner opens the storage it works on (a worker keeps one at a time).
-    opened = open_existing(storage, worker=True)
+    # Opened once, as a study's settings mostly leave it (each opening of a server's storage
+    # costs its schema's check); again only where the study's own settings differ. Its calls
+    # share one connection.
+    options = storage_options(TuneConfig.model_construct())  # the settings' defaults
+    opened = open_existing(storage, worker=True, **options)
     try:
         name, said = choose_study(opened, study, url=storage)
         loaded = load_study(opened, name)
         settings = History.from_study(loaded).settings.get("config")
-    finally:
-        if (engine := engine_of(opened)) is not None:
-            engine.dispose()
+    except BaseException:
+        _close(opened)
+        raise
     if settings is None:
         raise ConfigError(f"Study {loaded.study_name} was not made by `tune run` or `tune "
                           "create`, so its trainer and space are unknown; create it with "
@@ -104,8 +106,17 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
                         overrides.get("llm_base_url"), overrides.get("llm"))
     cfg = TuneConfig.model_validate({**settings, "storage": storage, "study": loaded.study_name,
                                      **{k: v for k, v in overrides.items() if v is not None}})
-    tuner, notes = from_config(cfg, display=display, worker=True)
+    same = storage_options(cfg) == options
+    if not same:
+        _close(opened)  # a worker keeps one connection at a time
+    tuner, notes = from_config(cfg, display=display, worker=True,
+                               storage=opened if same else None)
     return tuner, cfg, ([said] if said else []) + notes
+
+
+def _close(storage: Any) -> None:
+    if (engine := engine_of(storage)) is not None:
+        engine.dispose()
 
 
 def _check_llm_endpoint(study: str, stored: str | None, given: str | None,

@@ -255,11 +255,13 @@ def choose_study(storage: str | optuna.storages.BaseStorage, name: str | None, *
     return name, None
 
 
-def open_existing(url: str, *, worker: bool = False) -> optuna.storages.BaseStorage:
+def open_existing(url: str, *, worker: bool = False,
+                  **options: Any) -> optuna.storages.BaseStorage:
     """The storage at `url`, which must hold Optuna's tables already: a reader (`tune show`,
     `best`, `report`, `prompt`, `dashboard`) never creates a file, a table or a row, so a
     wrong `--storage` leaves an application's database as it was. `worker`: its calls share
-    one connection, kept until its engine is disposed (`tune worker`'s look at the study)."""
+    one connection, kept until its engine is disposed (`tune worker`'s look at the study).
+    `options`: `open_storage`'s (a reader's has no heartbeat: it beats for no trial)."""
     if url.startswith("journal:") or url.endswith(".log"):
         path = Path(url.removeprefix("journal:"))
         if not path.is_file():
@@ -279,7 +281,7 @@ def open_existing(url: str, *, worker: bool = False) -> optuna.storages.BaseStor
             "tunepilot wrote nothing there. Pass --storage with the URL the search used, or "
             "start a search there with `tune run --storage URL`."
         )
-    return open_storage(url, heartbeat_s=None, worker=worker)  # a reader beats for no trial
+    return open_storage(url, **{"heartbeat_s": None, **options}, worker=worker)
 
 
 def _tables(url: str) -> set[str] | None:
@@ -323,11 +325,11 @@ def _engine_kwargs(url: str, worker: bool = False) -> dict[str, Any]:
     # from its end to the next lock (a connection per call cost the server a process for each of
     # a trial's two dozen calls: bench/README.md#several-workers); none while it trains or waits
     # (`idle`), nor, in a reader, before its first lock: Optuna's default pool sat open through
-    # every training, several a worker, and a few dozen workers filled a stock PostgreSQL. One
-    # the server dropped (a restart) is found at checkout and replaced.
+    # every training, several a worker, and a few dozen workers filled a stock PostgreSQL. No
+    # ping before each call (a round trip each): one the server dropped (a restart) fails its
+    # call, which the outage rider tries again on a new one (`riding.Riding`).
     kwargs: dict[str, Any] = {"poolclass": worker_pool(worker), "pool_size": 1,
-                              "max_overflow": -1,
-                              "pool_pre_ping": True}
+                              "max_overflow": -1}
     if url.startswith(("postgresql", "postgres")):
         # Seen in pg_stat_activity, so a person can count a night's workers there.
         kwargs["connect_args"] = {"application_name": "tunepilot"}

@@ -43,15 +43,6 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
     """
     from tunepilot.llm.models import Choice, LLMSettings, choose
     from tunepilot.memory import redact, trust
-    from tunepilot.proposers.llm_suggester import LLMSuggester
-    from tunepilot.proposers.review import (
-        EMBEDDED_FIRST_TURN_S,
-        LLM_TIME_SHARE,
-        WINDOW,
-        Reviewer,
-        earned_turns,
-        paced,
-    )
 
     if strategy == "optuna":
         return None, None, f"strategy: optuna ({optuna_line}): Optuna proposes every trial"
@@ -93,6 +84,17 @@ def agent(llm: Any, strategy: str = "auto", *, task: str, n_trials: int = 20,
             "so it is not asked; "
             "--strategy review asks it anyway. For an LLM worth its turns: OPENAI_API_KEY, "
             "--llm-base-url URL, or --llm-model-path FILE.gguf")
+    # Imported once a model is asked (a worker with Optuna alone loads none of it).
+    from tunepilot.proposers.llm_suggester import LLMSuggester
+    from tunepilot.proposers.review import (
+        EMBEDDED_FIRST_TURN_S,
+        LLM_TIME_SHARE,
+        WINDOW,
+        Reviewer,
+        earned_turns,
+        paced,
+    )
+
     strategy = "review" if strategy == "auto" else strategy
     # The embedded model runs on the CPU that trains (every prompt token costs a trial's time;
     # bench/README.md#the-embedded-model) and its notes are noise: it gets a shorter prompt, no
