@@ -198,12 +198,21 @@ def _rdb_storage(url: str, beat: dict[str, Any],
 
 def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
                sampler: optuna.samplers.BaseSampler | None = None,
-               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
-    """Creates the study, or resumes it when it already exists."""
+               pruner: optuna.pruners.BasePruner | None = None,
+               joining: bool = False) -> optuna.Study:
+    """Creates the study, or resumes it when it already exists. `joining`: it most likely
+    exists (a worker's), so it is looked up first rather than created and found taken."""
     import optuna
 
     if isinstance(storage, str):
         storage = open_storage(storage)
+    if joining:
+        try:
+            storage.get_study_id_from_name(name)
+            return optuna.load_study(study_name=name, storage=storage, sampler=sampler,
+                                     pruner=pruner)
+        except KeyError:
+            pass
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
                                direction="minimize", load_if_exists=True)
 
@@ -290,7 +299,8 @@ def _tables(url: str) -> set[str] | None:
     import sqlalchemy
 
     try:
-        engine = sqlalchemy.create_engine(url, **_engine_kwargs(url))
+        # One connection for the dialect's first look and the read (disposed below).
+        engine = sqlalchemy.create_engine(url, **_engine_kwargs(url, worker=True))
     except Exception:
         return None
     try:
