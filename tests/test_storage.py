@@ -100,7 +100,7 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
     from tunepilot.errors import StorageUnavailable
     from tunepilot.memory import outage, store
 
-    def full(url: str, beat: object, worker: bool = False) -> None:
+    def full(url: str, beat: object) -> None:
         try:
             raise RuntimeError('connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
                                "sorry, too many clients already")

@@ -28,9 +28,9 @@ def worker_pool(working: bool = False) -> type:
     """A pool class of one storage's own, its `Kept` state in `kept`: a connection is kept for
     the next call only while `kept.now()`; otherwise each is closed as it comes back. A reader
     (`tune show`, a notebook's loaded study, `tune run --n-workers`'s parent) keeps none; a
-    worker (`working`) keeps one from its storage's opening, Optuna's schema check included (a
-    connection for each of its start's two dozen calls cost the server 0.3 CPU-s a worker:
-    bench/README.md#several-workers)."""
+    worker keeps one from its storage's opening on (`working`; a connection for each of its
+    start's two dozen calls cost the server 0.3 CPU-s a worker: bench/README.md#several-workers).
+    """
     import sqlalchemy
     from sqlalchemy.pool import QueuePool
 

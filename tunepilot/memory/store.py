@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, StorageUnavailable, did_you_mean
-from tunepilot.memory.connections import worker_pool
+from tunepilot.memory.connections import worker_pool, working
 from tunepilot.memory.recovery import _RETRIES, StaleTrial
 from tunepilot.memory.redact import redact
 
@@ -173,8 +173,7 @@ _SCHEMA_RACE = ("already exists", "unique constraint failed: alembic_version",
 SCHEMA_ATTEMPTS = 8
 
 
-def _rdb_storage(url: str, beat: dict[str, Any],
-                 worker: bool = False) -> optuna.storages.RDBStorage:
+def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage; a lost race with another process creating the schema is tried
     again (the winner's tables are there by then, and creating them again is a no-op)."""
     import random
@@ -186,8 +185,7 @@ def _rdb_storage(url: str, beat: dict[str, Any],
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url, worker),
-                                                  **beat)
+                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
         except Exception as e:
             if attempt == SCHEMA_ATTEMPTS - 1 or not any(
                     m in f"{type(e).__name__} {e}".lower() for m in _SCHEMA_RACE):
@@ -321,7 +319,12 @@ def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
     from tunepilot.memory.riding import Riding
 
     outage = Outage(OUTAGE_S if outage_s is None else outage_s)
-    rdb = outage.call(_rdb_storage, url, beat, worker, retry_if=server_full)
+    rdb = outage.call(_rdb_storage, url, beat, retry_if=server_full)
+    if worker:
+        # From here, not from the opening: Optuna's schema check holds two connections at once,
+        # and a second kept in the pool from it stayed open through the worker's whole start
+        # (64 workers starting together peaked at 92 connections, 2026-12-07).
+        working(rdb.engine)
     _RETRIES[rdb] = retry_stale
     # Its calls are added after the class from Optuna's protocols, which mypy cannot see.
     return Riding(_CachedStorage(rdb), outage)  # type: ignore[abstract]
