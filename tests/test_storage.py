@@ -186,6 +186,7 @@ def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_non
         for _ in range(3):
             worker.get_all_trials(sid, deepcopy=False)
         assert events == ["connect"]
+        events.clear()
         with idle(engine):
             assert events == ["close"]
     finally:
