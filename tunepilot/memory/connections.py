@@ -54,8 +54,8 @@ def _kept(engine: Any) -> Kept | None:
 
 
 def working(engine: Any) -> None:
-    """The process took the study lock: from now on its pool keeps a connection between calls,
-    except inside `idle`."""
+    """The process works (a worker's storage is open, or it took the study lock): from now on
+    its pool keeps a connection between calls, except inside `idle`."""
     if (kept := _kept(engine)) is not None:
         kept.working = True
 

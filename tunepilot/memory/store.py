@@ -206,10 +206,9 @@ def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
         storage = open_storage(storage)
     if joining:
         try:
-            storage.get_study_id_from_name(name)
             return optuna.load_study(study_name=name, storage=storage, sampler=sampler,
                                      pruner=pruner)
-        except KeyError:
+        except KeyError:  # not there after all: created below
             pass
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
                                direction="minimize", load_if_exists=True)
