@@ -55,7 +55,11 @@ def llama_server(model_path):
             time.sleep(0.5)
     yield url
     proc.terminate()
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a generation still running on a loaded machine
+        proc.kill()
+        proc.wait(timeout=30)
 
 
 def check_llm_trials(storage, n):

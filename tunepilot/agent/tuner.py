@@ -232,8 +232,7 @@ class Tuner(AskTell):
         """The Optuna study, created on first use or resumed if it exists."""
         if self._study is None:
             with opening.quiet_optuna():
-                study = open_study(self.storage, self.study_name, pruner=self.pruner,
-                                   joining=not self.warm_start)
+                study = open_study(self.storage, self.study_name, pruner=self.pruner)
             done = len(study.get_trials(deepcopy=False))
             fallback, per_trial, redraw = None, None, None
             if isinstance(self.sampler, str):

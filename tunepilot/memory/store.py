@@ -196,20 +196,18 @@ def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
 
 def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
                sampler: optuna.samplers.BaseSampler | None = None,
-               pruner: optuna.pruners.BasePruner | None = None,
-               joining: bool = False) -> optuna.Study:
-    """Creates the study, or resumes it when it already exists. `joining`: it most likely
-    exists (a worker's), so it is looked up first rather than created and found taken."""
+               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+    """Resumes the study, or creates it when it is not there yet (looked up first: a worker
+    or a resumed run finds it, where a creation tried first fails and rolls back)."""
     import optuna
 
     if isinstance(storage, str):
         storage = open_storage(storage)
-    if joining:
-        try:
-            return optuna.load_study(study_name=name, storage=storage, sampler=sampler,
-                                     pruner=pruner)
-        except KeyError:  # not there after all: created below
-            pass
+    try:
+        return optuna.load_study(study_name=name, storage=storage, sampler=sampler,
+                                 pruner=pruner)
+    except KeyError:  # created now (by another process too, meanwhile: then loaded)
+        pass
     return optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
                                direction="minimize", load_if_exists=True)
 
