@@ -29,8 +29,8 @@ def worker_pool(working: bool = False) -> type:
     the next call only while `kept.now()`; otherwise each is closed as it comes back. A reader
     (`tune show`, a notebook's loaded study, `tune run --n-workers`'s parent) keeps none; a
     worker keeps one from its storage's opening on (`working`; a connection for each of its
-    start's two dozen calls cost the server 0.3 CPU-s a worker: bench/README.md#several-workers).
-    """
+    start's two dozen calls cost the server more than the rest of its start:
+    bench/log/2026-12-07.md)."""
     import sqlalchemy
     from sqlalchemy.pool import QueuePool
 

@@ -320,7 +320,8 @@ def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
     if worker:
         # From here, not from the opening: Optuna's schema check holds two connections at once,
         # and a second kept in the pool from it stayed open through the worker's whole start
-        # (64 workers starting together peaked at 92 connections, 2026-12-07).
+        # (64 workers starting together went past the 80 they must fit in:
+        # bench/README.md#several-workers).
         working(rdb.engine)
     _RETRIES[rdb] = retry_stale
     # Its calls are added after the class from Optuna's protocols, which mypy cannot see.
