@@ -100,7 +100,7 @@ def test_a_server_with_no_connection_left_is_said_so_with_what_to_do(monkeypatch
     from tunepilot.errors import StorageUnavailable
     from tunepilot.memory import outage, store
 
-    def full(url: str, beat: object) -> None:
+    def full(url: str, beat: object, create_tables: bool = True) -> None:
         try:
             raise RuntimeError('connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
                                "sorry, too many clients already")
@@ -141,7 +141,10 @@ def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_non
     """A reader (`tune show`) opens a connection for each call and closes it, until it takes
     the study lock; from then on its calls share one, kept, as a worker's do from its storage's
     opening; while it trains or waits (`idle`: for the lock, for the other workers) it keeps
-    none; under the lock, two."""
+    none; under the lock, two (the lock taken on the kept one where it is free at once)."""
+    import threading
+    import time
+
     import optuna
     import sqlalchemy
 
@@ -176,6 +179,33 @@ def test_a_worker_keeps_one_connection_between_its_lock_and_its_training_and_non
             assert events == ["close"]
             assert calls(3) == ["connect", "close"] * 3
         assert calls(3) == ["connect"]  # after it, one kept again
+        gate = StudyLock(storage, f"study-{sid}")
+        events.clear()
+        with gate:  # free: taken on the kept one at once; one more for the calls under it
+            assert events == []
+            assert calls(2) == ["connect"]
+        # Held by another worker: waited for on the one connection it had (the kept one
+        # became the lock's), none opened to wait; the calls under it get one when it is in.
+        other = sqlalchemy.create_engine(server_url("postgresql"),
+                                         poolclass=sqlalchemy.pool.NullPool)
+        under: list[list[str]] = []
+
+        def waiter() -> None:
+            with gate:
+                under.append(calls(2))
+
+        with other.connect() as held:
+            held.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": gate._key})
+            events.clear()
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            time.sleep(0.5)
+            assert thread.is_alive() and events == []
+            held.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": gate._key})
+            thread.join(30)
+        other.dispose()
+        assert under == [["connect"]]
+        gate.close()
         # A worker's storage (`tune worker`) keeps one from its opening on: its start's calls
         # (the study's settings, its trials) share one.
         worker = open_storage(server_url("postgresql"), worker=True)

@@ -69,12 +69,12 @@ class StudyLock:
         try:
             if shared.depth == 0:
                 if self._engine is not None:
-                    # A worker waiting for the lock holds the lock's connection alone.
-                    with idle(self._engine):
-                        if self._outage is not None:
-                            self._outage.call(self._server_acquire)
-                        else:
-                            self._server_acquire()
+                    # Free, as it mostly is (held for milliseconds): taken at once, and the
+                    # worker keeps its connection for the calls under it. Held by another
+                    # worker: waited for holding the lock's connection alone.
+                    if not self._call(self._server_acquire, False):
+                        with idle(self._engine):
+                            self._call(self._server_acquire, True)
                     working(self._engine)
                 elif self._path is not None:
                     import fcntl
@@ -121,7 +121,11 @@ class StudyLock:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def _server_acquire(self) -> None:
+    def _call(self, method: Any, *args: Any) -> Any:
+        return self._outage.call(method, *args) if self._outage is not None else method(*args)
+
+    def _server_acquire(self, wait: bool) -> bool:
+        """Takes the server's lock, waiting for it (`wait`) or not; whether it was taken."""
         from sqlalchemy import text
 
         shared = self._shared
@@ -131,16 +135,21 @@ class StudyLock:
             shared.conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             if self._dialect == "postgresql":
+                if not wait:
+                    return bool(shared.conn.execute(text("SELECT pg_try_advisory_lock(:k)"),
+                                                    {"k": self._key}).scalar())
                 shared.conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
-                return
+                return True
             got = shared.conn.execute(text("SELECT GET_LOCK(:n, :t)"),
-                                      {"n": self._mysql_name, "t": _WAIT_S}).scalar()
+                                      {"n": self._mysql_name, "t": _WAIT_S if wait else 0}
+                                      ).scalar()
         except Exception:  # a connection the server dropped: a new one on the next try
             shared.conn.close()
             shared.conn = None
             raise
-        if got != 1:
+        if got != 1 and wait:
             raise TimeoutError(f"the lock of study {self.name!r} was not free within {_WAIT_S} s")
+        return got == 1
 
     def _server_release(self) -> None:
         from sqlalchemy import text

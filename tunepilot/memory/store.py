@@ -26,8 +26,8 @@ _RDB_PREFIXES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "oracle
 
 
 def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1,
-                 outage_s: float | None = None,
-                 worker: bool = False) -> optuna.storages.BaseStorage:
+                 outage_s: float | None = None, worker: bool = False,
+                 create_tables: bool = True) -> optuna.storages.BaseStorage:
     """An Optuna storage for `url`; raises `ConfigError` with the accepted forms.
 
     Database storages get a heartbeat: a running trial whose process died (kill -9, a lost
@@ -76,10 +76,10 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
                 "heartbeat_stale_trial_callback": StaleTrial(3 * heartbeat_s)}
     try:
         if url.startswith("sqlite"):
-            storage = _rdb_storage(url, beat)
+            storage = _rdb_storage(url, beat, create_tables)
             _RETRIES[storage] = retry_stale
             return storage
-        return _on_server(url, beat, retry_stale, outage_s, worker)
+        return _on_server(url, beat, retry_stale, outage_s, worker, create_tables)
     except StorageUnavailable:  # a full server, waited for past the outage limit
         raise
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
@@ -173,9 +173,12 @@ _SCHEMA_RACE = ("already exists", "unique constraint failed: alembic_version",
 SCHEMA_ATTEMPTS = 8
 
 
-def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
+def _rdb_storage(url: str, beat: dict[str, Any],
+                 create_tables: bool = True) -> optuna.storages.RDBStorage:
     """Optuna's RDBStorage; a lost race with another process creating the schema is tried
-    again (the winner's tables are there by then, and creating them again is a no-op)."""
+    again (the winner's tables are there by then, and creating them again is a no-op).
+    `create_tables` False: no look for each table and no creation (they are there, or the
+    version check that follows fails before writing anything)."""
     import random
     import time
 
@@ -185,7 +188,8 @@ def _rdb_storage(url: str, beat: dict[str, Any]) -> optuna.storages.RDBStorage:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url), **beat)
+                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                                                  skip_table_creation=not create_tables, **beat)
         except Exception as e:
             if attempt == SCHEMA_ATTEMPTS - 1 or not any(
                     m in f"{type(e).__name__} {e}".lower() for m in _SCHEMA_RACE):
@@ -277,6 +281,21 @@ def open_existing(url: str, *, worker: bool = False,
             f"No study database at {url}. Run `tune run` first, or pass --storage with "
             "the URL the search used."
         )
+    options = {"heartbeat_s": None, **options}
+    if not url.startswith("sqlite"):
+        # A server's tables are looked at only when the opening fails (a look of its own cost
+        # every worker a connection and the dialect's first queries at its start).
+        try:
+            return open_storage(url, **options, worker=worker, create_tables=False)
+        except ConfigError:
+            _no_tables(url)
+            raise
+    _no_tables(url)
+    return open_storage(url, **options, worker=worker, create_tables=False)
+
+
+def _no_tables(url: str) -> None:
+    """Raises `ConfigError` where the database at `url` has no Optuna tables."""
     tables = _tables(url)
     if tables is not None and "studies" not in tables:
         held = f" (it holds {', '.join(sorted(tables)[:8])})" if tables else " (it is empty)"
@@ -285,7 +304,6 @@ def open_existing(url: str, *, worker: bool = False,
             "tunepilot wrote nothing there. Pass --storage with the URL the search used, or "
             "start a search there with `tune run --storage URL`."
         )
-    return open_storage(url, **{"heartbeat_s": None, **options}, worker=worker)
 
 
 def _tables(url: str) -> set[str] | None:
@@ -306,8 +324,8 @@ def _tables(url: str) -> set[str] | None:
         engine.dispose()
 
 
-def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
-               outage_s: float | None, worker: bool) -> optuna.storages.BaseStorage:
+def _on_server(url: str, beat: dict[str, Any], retry_stale: int, outage_s: float | None,
+               worker: bool, create_tables: bool = True) -> optuna.storages.BaseStorage:
     """A database server's storage: Optuna's RDB storage and its cache, each call ridden
     through outages; opened once the server has a connection to give."""
     from optuna.storages._cached_storage import _CachedStorage
@@ -316,7 +334,7 @@ def _on_server(url: str, beat: dict[str, Any], retry_stale: int,
     from tunepilot.memory.riding import Riding
 
     outage = Outage(OUTAGE_S if outage_s is None else outage_s)
-    rdb = outage.call(_rdb_storage, url, beat, retry_if=server_full)
+    rdb = outage.call(_rdb_storage, url, beat, create_tables, retry_if=server_full)
     if worker:
         # From here, not from the opening: Optuna's schema check holds two connections at once,
         # and a second kept in the pool from it stayed open through the worker's whole start
