@@ -29,6 +29,7 @@ from tunepilot.config import TuneConfig
 from tunepilot.errors import ConfigError, Terminated, describe
 from tunepilot.memory import History, TrialRecord, load_study, redact
 from tunepilot.memory.connections import engine_of
+from tunepilot.memory.settings import stored as stored_settings
 from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.store import choose_study, open_existing
 from tunepilot.proposers.suggest import Candidate
@@ -94,7 +95,7 @@ def join(storage: str, study: str | None = None, *, display: Observer | None = N
     try:
         name, said = choose_study(opened, study, url=storage)
         loaded = load_study(opened, name)
-        settings = History.from_study(loaded).settings.get("config")
+        settings = stored_settings(loaded).get("config")
     except BaseException:
         _close(opened)
         raise

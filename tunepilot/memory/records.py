@@ -8,6 +8,7 @@ isolated or interrupted trial has no live `optuna.Trial`).
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -179,8 +180,11 @@ def goal(study: optuna.Study, value: Mapping[str, Any]) -> None:
 
 
 def settings(study: optuna.Study, value: Mapping[str, Any]) -> None:
-    """The run's settings (no secrets), stored with the current schema version."""
-    study.set_user_attr(attrs.SETTINGS, stamped(value))
+    """The run's settings (no secrets), stored with the current schema version; written when
+    they differ from those stored (a worker joining a study finds its own there)."""
+    value = json.loads(json.dumps(stamped(value)))  # as the storage gives it back
+    if study.user_attrs.get(attrs.SETTINGS) != value:
+        study.set_user_attr(attrs.SETTINGS, value)
 
 
 def change(study: optuna.Study, changes: list[str]) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tunepilot.errors import ConfigError
+from tunepilot.memory import attrs
 from tunepilot.memory.redact import redact
 
 # Release 0.1 stored settings without a version: that shape is version 1.
@@ -59,3 +60,9 @@ def migrate(stored: Mapping[str, Any] | None) -> dict[str, Any]:
 def stamped(settings: Mapping[str, Any]) -> dict[str, Any]:
     """`settings` as they are stored: with the current version."""
     return {"version": VERSION, **{k: v for k, v in settings.items() if k != "version"}}
+
+
+def stored(study: Any) -> dict[str, Any]:
+    """The settings stored on `study` (an Optuna study), migrated; read without its trials (a
+    worker's look at the study it joins). `History.from_study(study).settings` is the same."""
+    return migrate(study.user_attrs.get(attrs.SETTINGS))

@@ -83,10 +83,10 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
     except StorageUnavailable:  # a full server, waited for past the outage limit
         raise
     except Exception as e:  # sqlalchemy raises many kinds; all mean "cannot open this URL"
-        if url.startswith("sqlite") and any(m in str(e) for m in _SQLITE_DAMAGED):
-            file = url.split(":///", 1)[-1]
+        if url.startswith("sqlite") and any(m in f"{e} {e.__cause__}" for m in _SQLITE_DAMAGED):
+            file, said = url.split(":///", 1)[-1], _one_line(e.__cause__ or e)
             raise ConfigError(
-                f"The SQLite file {file} is damaged ({_one_line(e)}): tunepilot reads and "
+                f"The SQLite file {file} is damaged ({said}): tunepilot reads and "
                 f"writes nothing there. {_sqlite_loss(Path(file))} Restore it from a backup; "
                 f"or keep it aside (mv {file} {file}.damaged) and run the same command again, "
                 "which starts the study anew."

@@ -40,13 +40,31 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
     outage.ANNOUNCE[:] = [lambda text: typer.echo(f"! {text}", err=True)]
 
 
+def _only_the_command_asked(args: list[str]) -> None:
+    """Typer builds the options of every command at each start, paid by each worker
+    (bench/log/2026-12-07.md); where the first argument names a command, that one is
+    built alone (its help, its errors and its run are the same). Anything else (`--help`,
+    `--version`, a mistyped command) sees them all."""
+    from typer.main import get_command_name
+
+    if not args:
+        return
+    asked = [c for c in app.registered_commands
+             if get_command_name(c.name or getattr(c.callback, "__name__", None) or "") == args[0]]
+    if asked:
+        app.registered_commands[:] = asked
+
+
 def main() -> None:
+    everything = list(app.registered_commands)
+    _only_the_command_asked(sys.argv[1:])
     try:
         app()
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     finally:
+        app.registered_commands[:] = everything
         # The command is done (its files closed, its output flushed at exit as always): left is
         # the interpreter's last collection of the process's objects, paid by every worker as
         # it exits (bench/README.md#several-workers). Frozen, they are left to the operating
