@@ -229,3 +229,35 @@ def test_every_named_pruner_stops_bad_trials(storage, name):
     assert pruned and any(len(t.curve) < 9 for t in pruned), name  # stopped before the end
     if name == "hyperband":
         assert tuner.pruner._max_resource == 9  # the trials' epoch budget
+
+
+def test_a_commands_start_runs_without_the_cyclic_collector_until_its_first_trial(storage):
+    """`tune run` / `tune worker` pause Python's cyclic collector from their start; the first
+    trial's training resumes it, with what the start built frozen (runtime.startup). A command
+    that ends before any trial resumes it too, and a program that never paused it is untouched."""
+    import gc
+
+    from tunepilot.runtime import startup
+
+    seen: list[bool] = []
+
+    def train(config, report):
+        seen.append(gc.isenabled())
+        return quadratic(config, report)
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    try:
+        with startup.until_first_trial():
+            assert not gc.isenabled()
+            make_tuner(storage, train).run(n_trials=2)
+            assert gc.isenabled() and gc.get_freeze_count() > frozen
+        assert seen == [True, True] and gc.isenabled()
+        with startup.until_first_trial():  # a command that stops before any trial
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        startup.end()  # with no `begin`: nothing
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()

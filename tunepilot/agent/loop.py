@@ -22,7 +22,7 @@ from tunepilot.memory.environment import device, versions
 from tunepilot.memory.recovery import requeue
 from tunepilot.memory.stops import Stop, StopKind
 from tunepilot.memory.text import clip
-from tunepilot.runtime import interrupts
+from tunepilot.runtime import interrupts, startup
 from tunepilot.trainers.base import (
     StoppedEarly,
     TargetReached,
@@ -175,6 +175,7 @@ class Loop:
 
         start = time.perf_counter()
         stopped: StoppedEarly | None = None
+        startup.end()  # a `tune` command's start is over: its objects frozen, collected no more
         try:
             with idle(engine_of(storage)):  # no connection kept while it trains
                 result = self.trainer(config, report)
@@ -356,10 +357,9 @@ def _trials_since_improvement(history: History, min_delta: float) -> int:
 
 
 def failing_alike(history: History) -> tuple[str, str] | None:
-    """(the error message, where the trainer's code raised it) when the study's last
-    `Stop.REPEATS` finished trials all failed with it (read from the history: a resume or
-    another worker sees the same). Divergence, time-outs and OOM depend on the config, so they
-    never count."""
+    """(the error message, where the trainer's code raised it) when the study's last `Stop.REPEATS`
+    finished trials all failed with it (read from the history: a resume or another worker sees the
+    same). Divergence, time-outs and OOM depend on the config, so they never count."""
     last = history.last_finished(Stop.REPEATS)
     # Only exceptions of the trainer's own code: a crash, an OOM, a time-out or a divergence
     # says something about its config, and an interrupt nothing.

@@ -15,6 +15,7 @@ import typer
 from tunepilot.errors import ConfigError
 from tunepilot.proposers import pruners, samplers
 from tunepilot.proposers.strategies import STRATEGIES
+from tunepilot.runtime import startup
 from tunepilot.ui.app import (
     EXIT_INTERRUPTED,
     EXIT_REPEATED_FAILURE,
@@ -152,7 +153,7 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None 
 
     console = new_console()
     pooled = n_workers is None or n_workers > 1 or gpus_per_trial is not None
-    with user_errors():
+    with user_errors(), startup.until_first_trial():
         cfg, sources = read_config(config, **options)
         display, log = _display(cfg, console)
         with _logged(log):
@@ -174,6 +175,7 @@ def _run(config: Path | None, options: dict[str, Any], *, n_workers: int | None 
                     "database) with:\n  " + studies.worker_command(cfg))
                 return
             if pooled:
+                startup.end()  # this process trains nothing: it waits for its workers
                 how_many = f"{n_workers} workers" if n_workers else "one worker per GPU group"
                 say(console, f"starting {how_many}; on other machines more can join with:\n  "
                     f"{studies.worker_command(cfg)}")
@@ -257,7 +259,7 @@ def worker(
 
     console = new_console()
     prefix = f"[{name or 'worker'}] "
-    with user_errors():
+    with user_errors(), startup.until_first_trial():
         tuner, cfg, notes = studies.join(storage, study, llm=llm, llm_base_url=llm_base_url,
                                          llm_model_path=llm_model_path, isolate=isolate)
         tuner.display, _ = _display(cfg, console, prefix)
