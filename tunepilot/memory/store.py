@@ -281,17 +281,15 @@ def open_existing(url: str, *, worker: bool = False,
             f"No study database at {url}. Run `tune run` first, or pass --storage with "
             "the URL the search used."
         )
-    options = {"heartbeat_s": None, **options}
-    if not url.startswith("sqlite"):
-        # A server's tables are looked at only when the opening fails (a look of its own cost
-        # every worker a connection and the dialect's first queries at its start).
-        try:
-            return open_storage(url, **options, worker=worker, create_tables=False)
-        except ConfigError:
-            _no_tables(url)
-            raise
-    _no_tables(url)
-    return open_storage(url, **options, worker=worker, create_tables=False)
+    # Opened without creating a table (the version check fails, before writing anything, where
+    # Optuna's tables are missing); the tables are looked at only then, to say what the database
+    # holds (a look of its own cost every worker a connection and the dialect's first queries).
+    try:
+        return open_storage(url, **{"heartbeat_s": None, **options}, worker=worker,
+                            create_tables=False)
+    except ConfigError:
+        _no_tables(url)
+        raise
 
 
 def _no_tables(url: str) -> None:

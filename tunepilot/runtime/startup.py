@@ -2,14 +2,14 @@
 
 A command's start builds a few hundred thousand objects that live as long as its process: the
 modules it imports, their classes and functions, an ORM's mappings, a storage's caches. The
-collector, run every few hundred allocations, looked at them again and again as they grew (in
-two full collections among some three hundred): a tenth of a worker's CPU before its first
-trial, paid by every worker of a night (bench/log/2026-12-07.md). `tune run` and `tune worker`
-pause it from their start (`begin`) to their first trial's training (`end`), then freeze what
-exists (`gc.freeze`: moved where no collection looks again) and resume it for what the command
-builds from then on (a training's objects are collected as ever). Cycles the start dropped stay
-with the process, as the frozen objects do. A program that never called `begin` (a notebook, a
-script) is left as it was.
+collector, run every few hundred allocations, looked at them again and again as they grew, full
+collections among them: a share of every worker's start worth saving
+(bench/README.md#several-workers; the measurement: bench/log/2026-12-07.md). `tune run` and
+`tune worker` pause it from their start (`begin`) to their first trial's training (`end`), then
+freeze what exists (`gc.freeze`: moved where no collection looks again) and resume it for what
+the command builds from then on (a training's objects are collected as ever). Cycles the start
+dropped stay with the process, as the frozen objects do. A program that never called `begin` (a
+notebook, a script) is left as it was.
 """
 
 from __future__ import annotations
