@@ -12,8 +12,9 @@ default reached at trial 1 on some seeds.
 
 - `optuna-gp`: Optuna's `GPSampler(seed=seed)` with no pruner (the sampler's users' way: it
   fits complete trials only), built as `optuna` is.
-- `sh`, `hyperband` (with `--variants`): `default` with `--pruner successive-halving` or
-  `--pruner hyperband` (`nopruner`: with none).
+- `sh`, `hyperband`, `median` (with `--variants`): `default` with `--pruner successive-halving`,
+  `hyperband` or `median` (`nopruner`: with none). Since 2026-12-07 the default's pruner
+  (`auto`) is successive halving where the goal is a target, as here; the median before.
 - `optuna`: the peer, built with Optuna's own defaults and not through tunepilot:
   `optuna.create_study(sampler=TPESampler(seed=seed), pruner=MedianPruner())` over the built-in
   space, each trial the built-in Lightning trainer reporting every epoch to `trial.report`,
@@ -126,6 +127,7 @@ def tunepilot_run(variant: str, seed: int, target: float, n_trials: int,
                 "patience": {**before, "epoch_patience": 2},
                 "rung1": {}, "nopruner": {"pruner": "none"}, "rows": {},
                 "sh": {"pruner": "successive-halving"}, "hyperband": {"pruner": "hyperband"},
+                "median": {"pruner": "median"},
                 "pm": {"sampler": "cmaes-tpe"},
                 "cmaes-tpe": {"sampler": "cmaes-tpe"}}.get(variant)
     if settings is None and variant.startswith("tp:"):  # `default` with another sampler

@@ -160,3 +160,30 @@ def test_a_choice_of_cost_is_learned_too() -> None:
     clock = cheap(-1.0)
     assert clock >= 10, f"{clock} of 12 GP draws at the cheap batch size"
     assert cheap(None) <= clock - 4
+
+
+def _epochs(config: Mapping[str, Any], report: Any) -> TrainResult:
+    """Three epochs; the loss at each is |x| + 1 / epoch, so a config's rank is set at epoch 1."""
+    losses = [abs(float(config["x"])) + 1.0 / e for e in (1, 2, 3)]
+    for epoch, loss in enumerate(losses, start=1):
+        report(epoch, loss)
+    return TrainResult(losses[-1], tuple(losses), 1.0)
+
+
+@pytest.mark.parametrize("goal, halving", [({"target": -1.0}, True), ({"timeout": 3600.0}, True),
+                                           ({}, False)])
+def test_the_default_pruner_halves_where_the_goal_is_the_clock(
+        goal: dict[str, Any], halving: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """`auto`: successive halving with a target or a time budget (trials judged at epochs 1
+    and 3, from the second trial on), the median pruner with a trial budget alone (from epoch
+    2, after 5 complete trials: none of 6 trials is pruned)."""
+    space = SearchSpace.of(x=Float(-4.0, 4.0), epochs=3)
+    tuner = Tuner(trainers.callable(_epochs), space, storage="sqlite:///:memory:", study="p",
+                  sampler="random", seed=0)
+    assert tuner.pruner.__class__.__name__ == "AutoPruner"
+    tuner.run(n_trials=6, **goal)
+    pruned = [t for t in History.from_study(tuner.study) if t.state == "pruned"]
+    assert ("pruner: the goal is the clock, so trials are pruned by successive halving"
+            in capsys.readouterr().out) == halving
+    assert bool(pruned) == halving
+    assert halving == any(len(t.curve) == 1 for t in pruned)  # at epoch 1: halving's first rung

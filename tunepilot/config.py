@@ -102,7 +102,7 @@ class TuneConfig(BaseModel):
     # --llm auto finds only the embedded demonstration model (strategies.agent says why)
     strategy: str = "auto"  # one of STRATEGIES
     sampler: str = "auto"  # a name in the sampler registry (`proposers.samplers`)
-    pruner: str = "median"  # a name in the pruner registry (`proposers.pruners`)
+    pruner: str = "auto"  # a name in the pruner registry (`proposers.pruners`)
     llm: str = "auto"  # openai:MODEL | PROVIDER:MODEL | local | none | auto
     llm_base_url: str | None = None  # an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1
     llm_model_path: str | None = None  # a GGUF chat model for --llm local
@@ -366,7 +366,7 @@ trainer = "{trainer}"
 {data}n_trials = 30                    # the study's total trials (a rerun resumes, runs the rest)
 timeout = "2h"                   # wall-time budget of the study: 90s, 20m, 8h
 # target = {target}                 # stop as soon as a trial's validation loss is <= this
-pruner = "median"                # {" | ".join(pruners.names())}
+pruner = "auto"                  # {" | ".join(pruners.names())}
 sampler = "auto"                 # {" | ".join(samplers.names())} (auto: by the space, says why)
 # epoch_patience = 1             # stop a trial after this many epochs without a better loss
 #                                 (default: a third of its epochs, 1 to 3)

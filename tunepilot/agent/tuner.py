@@ -28,9 +28,8 @@ from tunepilot.memory.outage import heard_by
 from tunepilot.memory.recovery import recover, stale_trial_listener
 from tunepilot.memory.stops import Stop
 from tunepilot.memory.store import open_existing
-from tunepilot.proposers import samplers
+from tunepilot.proposers import pruners, samplers
 from tunepilot.proposers.cost import clock_line
-from tunepilot.proposers.pruners import make_pruner
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
 from tunepilot.proposers.suggest import AgentSampler, Suggester
 from tunepilot.space import SearchSpace
@@ -68,7 +67,7 @@ class Tuner(AskTell):
         study: str = "tunepilot",
         suggester: Suggester | None = None,
         sampler: str | optuna.samplers.BaseSampler | PerTrial = "auto",
-        pruner: str | optuna.pruners.BasePruner = "median",
+        pruner: str | optuna.pruners.BasePruner = "auto",
         seed: int | None = 0,
         settings: Mapping[str, Any] | None = None,
         display: Observer | str | None = "auto",
@@ -157,7 +156,7 @@ class Tuner(AskTell):
                                               sampler_line(sampler, space)
                                               if isinstance(sampler, str) else "") if line]
         epochs = space.fixed.get("epochs")
-        self.pruner = make_pruner(pruner, epochs if isinstance(epochs, int) else None)
+        self.pruner = pruners.make_pruner(pruner, epochs if isinstance(epochs, int) else None)
         self.seed = seed
         self.settings = dict(settings or {})
         if display == "auto":
@@ -340,8 +339,9 @@ class Tuner(AskTell):
                 optuna.storages.fail_stale_trials(study)  # a crashed run's trial, if stale
         history = History.from_study(study)
         self.display.start(self.study_name, n_trials, found)
-        clock = clock_line(target, timeout) if self.sampler == "auto" else None
-        for line in [*self.first_lines, *([clock] if clock else [])]:
+        clock = [clock_line(target, timeout) if self.sampler == "auto" else None,
+                 pruners.for_goal(self.pruner, target, timeout)]
+        for line in [*self.first_lines, *filter(None, clock)]:
             self.display.say(line)
         for line in dead:
             self.display.notice(line)

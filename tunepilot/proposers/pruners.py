@@ -2,13 +2,19 @@
 
 A pruner is one entry: its name, how it is built from the trials' epoch budget, and a few words
 for `--help`. Optuna is imported when one is built.
+
+`auto`, the default, is the median pruner where the goal is a trial budget, and successive
+halving where it is the clock (a `--target` or a `--timeout`, as for `cost.rule_for`): on the
+built-in task's time to a target, successive halving reached it sooner than the median pruner
+on more seeds (bench/README.md#pruners). `Tuner.run` tells it the goal (`for_goal`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, did_you_mean
 
@@ -48,6 +54,40 @@ def make_pruner(pruner: str | optuna.pruners.BasePruner,
     return kind.build(epochs)
 
 
+def for_goal(pruner: Any, target: float | None, timeout: float | None) -> str | None:
+    """Tells an `auto` pruner the run's goal; the first lines' word on it (None: not `auto`)."""
+    if not isinstance(pruner, _auto_class()):
+        return None
+    pruner.clock = target is not None or bool(timeout)
+    if not pruner.clock:
+        return None
+    return ("pruner: the goal is the clock, so trials are pruned by successive halving (a "
+            "third go on at epochs 1, 3, 9...; the median pruner with a trial budget alone): "
+            "bench/README.md#pruners")
+
+
+@functools.cache
+def _auto_class() -> Any:
+    """`AutoPruner`, made on first use (Optuna is imported when a pruner is built)."""
+    import optuna
+
+    class AutoPruner(optuna.pruners.BasePruner):
+        """The median pruner, or successive halving where `clock` (set by `for_goal`)."""
+
+        def __init__(self, epochs: int | None):
+            self.median, self.halving = _median(epochs), _successive_halving(epochs)
+            self.clock = False
+
+        def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+            return (self.halving if self.clock else self.median).prune(study, trial)
+
+    return AutoPruner
+
+
+def _auto(epochs: int | None) -> optuna.pruners.BasePruner:
+    return _auto_class()(epochs)
+
+
 def _median(epochs: int | None) -> optuna.pruners.BasePruner:
     import optuna
 
@@ -77,6 +117,8 @@ def _hyperband(epochs: int | None) -> optuna.pruners.BasePruner:
                                           reduction_factor=3)
 
 
+register(PrunerKind("auto", _auto, "median; successive halving where the goal is the clock "
+                    "(a target or a timeout)"))
 register(PrunerKind("median", _median, "stop a trial below the median of others at its epoch"))
 register(PrunerKind("none", _none, "train every trial to its end"))
 register(PrunerKind("successive-halving", _successive_halving,

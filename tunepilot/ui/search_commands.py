@@ -52,7 +52,7 @@ def run(
         "length, named with its reason when a run starts) [default: auto]")] = None,
     pruner: Annotated[str | None, typer.Option(
         help=" | ".join(pruners.names()) + " (stop unpromising trials early) "
-        "[default: median]")] = None,
+        "[default: auto: median; successive-halving with a target or timeout]")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM spec, e.g. openai:gpt-4o-mini")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server URL")] = None,
     llm_model_path: Annotated[str | None, typer.Option(
