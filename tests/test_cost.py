@@ -174,9 +174,10 @@ def _epochs(config: Mapping[str, Any], report: Any) -> TrainResult:
                                            ({}, False)])
 def test_the_default_pruner_halves_where_the_goal_is_the_clock(
         goal: dict[str, Any], halving: bool, capsys: pytest.CaptureFixture[str]) -> None:
-    """`auto`: successive halving with a target or a time budget (trials judged at epochs 1
-    and 3, from the second trial on), the median pruner with a trial budget alone (from epoch
-    2, after 5 complete trials: none of 6 trials is pruned)."""
+    """`auto`: successive halving with a target or a time budget (trials judged at epoch 1
+    from the second trial on; at epoch 3, the last, a trial ends complete, its value paid
+    for), the median pruner with a trial budget alone (from epoch 2, after 5 complete trials:
+    none of 6 trials is pruned)."""
     space = SearchSpace.of(x=Float(-4.0, 4.0), epochs=3)
     tuner = Tuner(trainers.callable(_epochs), space, storage="sqlite:///:memory:", study="p",
                   sampler="random", seed=0)
@@ -187,3 +188,4 @@ def test_the_default_pruner_halves_where_the_goal_is_the_clock(
             in capsys.readouterr().out) == halving
     assert bool(pruned) == halving
     assert halving == any(len(t.curve) == 1 for t in pruned)  # at epoch 1: halving's first rung
+    assert all(len(t.curve) < 3 for t in pruned)  # never at the last epoch

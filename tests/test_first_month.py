@@ -118,6 +118,31 @@ def test_a_worker_told_llm_none_joins_a_study_that_names_a_server(workdir, study
     assert "[llm]" not in done.stdout
 
 
+def test_a_new_study_opens_beside_studies_it_cannot_rank(workdir):
+    """A new study on a shared server ended in Optuna's study summaries (`TypeError: '<' not
+    supported between instances of 'NoneType' and 'NoneType'`): another study's trials read
+    complete before their values were. The warm start reads the studies' own records and
+    opens only those of the same task."""
+    import optuna
+
+    url = f"sqlite:///{workdir / 'shared.db'}"
+    storage = optuna.storages.RDBStorage(url)
+    other = optuna.create_study(storage=storage, study_name="another process's")
+    for _ in range(2):  # complete, no value yet: what a read between the two writes saw
+        storage.set_trial_state_values(other.ask()._trial_id, optuna.trial.TrialState.COMPLETE)
+    optuna.create_study(storage=storage, study_name="two goals",
+                        directions=["minimize", "maximize"]).optimize(
+        lambda t: (t.suggest_float("x", 0.0, 1.0), 1.0), n_trials=2)
+    where = ("--config", "toy.toml", "--trainer", "toy:quadratic", "--storage", url)
+    first = run_tune("run", *where, "--llm", "none", "--study", "first", "--n-trials", "3",
+                     cwd=workdir)
+    assert first.returncode == 0, first.stdout + first.stderr
+    second = run_tune("run", *where, "--llm", "none", "--study", "second", "--n-trials", "2",
+                      cwd=workdir)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "warm start: from study first" in second.stdout
+
+
 # --- a bug in the user's trainer: its file and line -------------------------------------------
 
 def test_a_bug_in_the_trainer_is_shown_at_its_file_and_line_everywhere(workdir):

@@ -81,9 +81,12 @@ def test_a_study_over_both_frameworks_is_resumed_by_a_worker(tmp_path: Path,
     assert sorted(line.split(":")[0] for line in said if line.startswith("framework ")) == \
         ["framework jax", "framework lightning"]
     assert not found.running()
-    done = [t for t in found if t.state == "complete"]
-    assert found.budget_used() == 6 and len(done) >= 5
-    assert {t.params["framework"] for t in done} == {"lightning", "jax"}
+    # With a target the clock is the goal: the default pruner (successive halving) may stop a
+    # trial after its first epoch; only the one the kill cut short may have failed.
+    ran = [t for t in found if t.state in ("complete", "pruned")]
+    assert found.budget_used() == 6 and len(ran) >= 5
+    assert {t.params["framework"] for t in ran} == {"lightning", "jax"}
+    done = [t for t in ran if t.state == "complete"]
     for t in done:  # the record says which ran it: the trainer's own word, beside the config
         assert t.user_attrs["train"]["framework"] == t.params["framework"]
     assert found.goal["target"] == 0.01

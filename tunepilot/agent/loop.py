@@ -158,8 +158,8 @@ class Loop:
             trial.report(val_loss, epoch)
             curve.append(float(val_loss))
             self.display.epoch(trial.number, epoch, val_loss)
-            # At the trial's last epoch it ends anyway: not "stopped early" (the demo said
-            # "stopped at epoch 3, best epoch 1" of 3-epoch trials that trained every epoch).
+            # At its last epoch a trial ends anyway, its value paid for: neither pruned nor
+            # "stopped early" (the demo said "stopped at epoch 3, best epoch 1" of 3-epoch trials).
             last = epochs is not None and len(curve) >= epochs
             if self.rules.reached(val_loss):
                 if last:
@@ -167,7 +167,7 @@ class Loop:
                 # Its value is at the target already: the search is over, its epochs are not.
                 assert self.rules.target is not None
                 raise TargetReached(len(curve), val_loss, self.rules.target)
-            if trial.should_prune():
+            if not last and trial.should_prune():
                 raise optuna.TrialPruned(f"pruned after epoch {epoch} (val loss {val_loss:.4g})")
             best = curve.index(min(curve)) + 1
             if patience and len(curve) - best >= patience and not last:

@@ -35,18 +35,24 @@ def warm_start(storage: optuna.storages.BaseStorage, study_name: str,
     import optuna
 
     mine = _signature(settings)
-    summaries = [s for s in optuna.get_all_study_summaries(storage, include_best_trial=True)
-                 if s.study_name != study_name and s.best_trial is not None
-                 and _signature(_settings(s.user_attrs)) == mine]
-    if mine is None or not summaries:
+    if mine is None:
         return None
-    latest = max(summaries, key=lambda s: s._study_id)
-    study = optuna.load_study(study_name=latest.study_name, storage=storage)
-    history = History.from_study(study)
+    # The studies' own records, without their trials: a storage may hold any study (another
+    # tool's, a multi-objective one); only the matching ones are opened, the newest first.
+    matching = [s for s in storage.get_all_studies()
+                if s.study_name != study_name and len(s.directions) == 1
+                and _signature(_settings(s.user_attrs)) == mine]
+    for found in sorted(matching, key=lambda s: s._study_id, reverse=True):
+        study = optuna.load_study(study_name=found.study_name, storage=storage)
+        history = History.from_study(study)
+        if history.best(1):
+            break
+    else:
+        return None
     params = list((settings.get("space") or {}).get("params") or {})
     best = history.best(k)
     return {
-        "study": latest.study_name,
+        "study": found.study_name,
         "configs": [trial_line(t, params) for t in best],
         "best_params": dict(best[0].params),
         "best_number": best[0].number,
