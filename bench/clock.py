@@ -117,7 +117,8 @@ def table(family: str, dataset: str) -> Table:
 
 
 def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
-                  weight: Callable[[int, int], float] | None = None) -> list[tuple[float, float]]:
+                  weight: Callable[[int, int], float] | None = None,
+                  pi: bool = False) -> list[tuple[float, float]]:
     import optuna
 
     from tunepilot import TrainResult, Tuner, trainers
@@ -132,11 +133,14 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
         return TrainResult(loss, (), max(seconds, 0.01))
 
     rule_for, cost_weight = cost.rule_for, cost.cost_weight
+    acqf_of = cost.CostGP._get_acqf_and_best_params
     if not clock:
         cost.rule_for = lambda goal: None  # type: ignore[assignment]
     elif weight is not None:  # a variant's weight of the cost: (trials done, cap) -> power
         cost.cost_weight = lambda rule, goal, spent_s, done: weight(  # type: ignore[assignment]
             len(seen), cap)
+    if pi:
+        cost.CostGP._get_acqf_and_best_params = _hits_per_second(t.target)  # type: ignore
     try:
         tuner = Tuner(trainers.callable(train), t.space, storage="sqlite:///:memory:",
                       study=f"{t.family}-{t.dataset}-{seed}", sampler="auto", pruner="none",
@@ -144,7 +148,32 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
         tuner.run(n_trials=cap, target=t.target)
     finally:
         cost.rule_for, cost.cost_weight = rule_for, cost_weight
+        cost.CostGP._get_acqf_and_best_params = acqf_of  # type: ignore[method-assign]
     return seen
+
+
+def _hits_per_second(target: float) -> Callable[..., Any]:
+    """`tp:clock=pi...`: the chance that a config's loss is at the target or under it, per
+    expected second to the power w: log P(loss <= target) - w log cost (with a known target,
+    the config that buys the most chance of ending the search per second)."""
+    from optuna._gp.acqf import LogPI
+
+    from tunepilot.memory.history import TrialRecord
+    from tunepilot.proposers import cost
+    from tunepilot.proposers.gp import GP
+
+    def acqf_and_best(self: Any, completed: list[Any], gprs: Any, space: Any, x: np.ndarray,
+                      *args: Any) -> Any:
+        _, best = GP._get_acqf_and_best_params(self, completed, gprs, space, x, *args)
+        raw = -np.array([t.value for t in completed], dtype=float)  # Optuna maximises -loss
+        threshold = (-target - raw.mean()) / max(1e-10, float(raw.std()))
+        inner = LogPI(gpr=gprs[0], search_space=space, threshold=threshold)
+        costs = np.array([max(cost.FLOOR_S, TrialRecord.from_frozen(t).own_s) for t in completed])
+        self.weight = cost.cost_weight(self.rule, self.goal, float(costs.sum()), len(costs))
+        model = cost.fit_cost(x, costs, space)
+        return (inner if model is None else cost._per_second()(inner, model, self.weight)), best
+
+    return acqf_and_best
 
 
 def run_peer(name: str, t: Table, seed: int, cap: int) -> list[tuple[float, float]]:
@@ -180,7 +209,11 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
     start = time.perf_counter()
     if strategy.startswith("tp:"):
         name, _, variant = strategy.partition("=")
-        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant))
+        # `pi`, `pi-cooled`: the chance of the target per second, w = 1 or cooled
+        pi = variant == "pi" or variant.startswith("pi-")
+        if pi:
+            variant = "ei" if variant == "pi" else variant.removeprefix("pi-")
+        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant), pi)
     else:
         trials = run_peer(strategy, t, seed, cap)
     spent, hit = 0.0, None
