@@ -158,8 +158,6 @@ def _hits_per_second(target: float) -> Callable[..., Any]:
     the config that buys the most chance of ending the search per second)."""
     from optuna._gp.acqf import LogPI
 
-    from tunepilot.memory.history import TrialRecord
-    from tunepilot.proposers import cost
     from tunepilot.proposers.gp import GP
 
     def acqf_and_best(self: Any, completed: list[Any], gprs: Any, space: Any, x: np.ndarray,
@@ -168,10 +166,7 @@ def _hits_per_second(target: float) -> Callable[..., Any]:
         raw = -np.array([t.value for t in completed], dtype=float)  # Optuna maximises -loss
         threshold = (-target - raw.mean()) / max(1e-10, float(raw.std()))
         inner = LogPI(gpr=gprs[0], search_space=space, threshold=threshold)
-        costs = np.array([max(cost.FLOOR_S, TrialRecord.from_frozen(t).own_s) for t in completed])
-        self.weight = cost.cost_weight(self.rule, self.goal, float(costs.sum()), len(costs))
-        model = cost.fit_cost(x, costs, space)
-        return (inner if model is None else cost._per_second()(inner, model, self.weight)), best
+        return self.priced(inner, completed, x, space), best
 
     return acqf_and_best
 

@@ -95,15 +95,19 @@ class CostGP(GP):
                                   *args: Any) -> Any:
         acqf, best = super()._get_acqf_and_best_params(
             completed_trials, gprs_list, internal_search_space, normalized_params, *args)
+        return self.priced(acqf, completed_trials, normalized_params, internal_search_space), best
+
+    def priced(self, acqf: Any, completed_trials: list[FrozenTrial], x: np.ndarray,
+               internal_search_space: Any) -> Any:
+        """`acqf` less `weight` times the expected log seconds of a cost GP fitted to the
+        trials' own seconds (`acqf` itself where they all cost the same)."""
         from tunepilot.memory.history import TrialRecord
 
         costs = np.array([max(FLOOR_S, TrialRecord.from_frozen(t).own_s)
                           for t in completed_trials])
         self.weight = cost_weight(self.rule, self.goal, float(costs.sum()), len(costs))
-        model = fit_cost(normalized_params, costs, internal_search_space)
-        if model is None:
-            return acqf, best
-        return _per_second()(acqf, model, self.weight), best
+        model = fit_cost(x, costs, internal_search_space)
+        return acqf if model is None else _per_second()(acqf, model, self.weight)
 
     def _optimize_acqf(self, acqf: Any, best_params: np.ndarray | None) -> np.ndarray:
         x = super()._optimize_acqf(acqf, best_params)
