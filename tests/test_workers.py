@@ -170,6 +170,30 @@ def test_killed_worker_trial_fails_and_is_rerun(workdir, study_name):
     assert {t.number: t.value for t in complete if t.number in before} == before
 
 
+def test_a_worker_killed_before_its_trials_first_heartbeat_is_found(workdir, study_name):
+    """A worker killed between Optuna creating its trial and the trial's first heartbeat left
+    it RUNNING with no beat at all, which Optuna's stale check passes over: the next worker,
+    its budget taken, waited for it for ever (CI, 2026-12-07). Here the killed worker had
+    popped a queued config; it is failed once silent past the grace period, and queued again."""
+    url = server_url("postgresql")
+    create(workdir, url, study_name, "--n-trials", "3", "--heartbeat", "1")
+    plain = optuna.storages.RDBStorage(url)  # no heartbeat: the killed worker's last act
+    study = optuna.load_study(study_name=study_name, storage=plain)
+    study.enqueue_trial({"x": 1.5})
+    [queued] = study.get_trials(deepcopy=False)
+    plain.set_trial_state_values(queued._trial_id, TrialState.RUNNING)  # popped, not sampled
+    done = run_tune("worker", "--storage", url, "--study", study_name, "--llm", "none",
+                    cwd=workdir, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = optuna.load_study(study_name=study_name, storage=url).trials
+    assert trials[0].state == TrialState.FAIL
+    assert "trial 0 of another worker went silent for 3 s" in done.stdout
+    retried = [t for t in trials if t.system_attrs.get("failed_trial") == 0]
+    assert len(retried) == 1 and retried[0].state == TrialState.COMPLETE
+    assert retried[0].params == {"x": 1.5}
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == 3
+
+
 def test_sqlite_is_refused_for_several_processes(workdir, storage):
     done = run_tune("run", "--config", "toy.toml", "--trainer", "toy:slowish", "--llm", "none",
                     "--storage", storage, "--n-workers", "2", cwd=workdir)

@@ -32,6 +32,7 @@ from tunepilot.proposers import pruners, samplers
 from tunepilot.proposers.cost import clock_line
 from tunepilot.proposers.samplers import per_trial_sampler, sampler_line
 from tunepilot.proposers.suggest import AgentSampler, Suggester
+from tunepilot.runtime import interrupts
 from tunepilot.space import SearchSpace
 from tunepilot.trainers.base import Trainer
 
@@ -122,8 +123,7 @@ class Tuner(AskTell):
                 "`tune init --trainer SPEC` writes a commented tune.toml to start from."
             )
         if llm is not None and suggester is not None:
-            raise ConfigError("Pass llm= (a model for tunepilot's agent) or suggester= (your "
-                              "own), not both.")
+            raise ConfigError("Pass llm= (tunepilot's agent) or suggester= (your own), not both.")
         self.trainer = trainer
         self.space = space
         self.study_name = study
@@ -173,8 +173,7 @@ class Tuner(AskTell):
         self._study: optuna.Study | None = None
         self._open: dict[int, optuna.Trial] = {}  # trials of suggest() not yet reported
         self._asking = False
-        # Opened once every argument is checked: a mistyped sampler or start config leaves no
-        # empty tunepilot.db behind.
+        # Opened once all is checked: a mistyped sampler leaves no empty tunepilot.db behind.
         self.storage = open_storage(storage) if isinstance(storage, str) else storage
         self.lock = StudyLock(self.storage, study)
         self._gate = Gate(self.lock)  # held from the run's "yes" until Optuna numbers the trial
@@ -225,6 +224,7 @@ class Tuner(AskTell):
         # Optuna's heartbeat starts once the config is chosen, which can take an LLM a minute;
         # a worker killed before then would leave a trial RUNNING forever. Beat from now on.
         self._early_beat.start(trial._trial_id)
+        interrupts.hold()  # until the objective: Optuna starts the trial's heartbeat thread
 
     @property
     def study(self) -> optuna.Study:
@@ -304,8 +304,7 @@ class Tuner(AskTell):
                               "train yourself with suggest() and report().")
         one_process = OneProcessRun(self.storage, self.study_name)
         one_process.acquire()
-        # Another worker's trial found dead by this process is said here, on its terminal and
-        # in its log.
+        # Another worker's trial found dead here is said on its terminal and in its log.
         stale = stale_trial_listener(self.storage)
         if stale is not None:
             stale.listeners.append(self.display.notice)
@@ -371,9 +370,10 @@ class Tuner(AskTell):
             if loop.admit(study, in_optimize=False):
                 # No n_trials here: the gate counts the trials of every worker.
                 with opening.quiet_optuna(type(self.display) is not Observer):
-                    study.optimize(loop.objective, timeout=time_left,
+                    study.optimize(interrupts.objective(loop.objective), timeout=time_left,
                                    callbacks=[loop.after_trial], catch=(Exception,))
         except KeyboardInterrupt as e:
+            interrupts.handled()
             loop.stop = Stop.interrupted(sigterm=isinstance(e, Terminated))
             said = record_interrupt(study, e, self.lock)
             if said is not None:

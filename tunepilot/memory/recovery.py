@@ -90,8 +90,8 @@ def requeue(study: optuna.Study, trial_id: int, queued: str = "its config runs a
 
     storage = study._storage
     failed = storage.get_trial(trial_id)
-    if not failed.params:
-        return "it had no config yet"
+    if not failed.params and not failed.system_attrs.get("fixed_params"):
+        return "it had no config yet"  # (a queued config, not drawn yet, is queued again)
     max_retry = _RETRIES.get(getattr(storage, "_backend", storage), 1)  # Optuna's cache
     if not max_retry:
         return "not run again (retry_interrupted = 0)"

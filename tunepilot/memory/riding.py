@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -9,6 +10,7 @@ from optuna.storages import BaseStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 
 from tunepilot.errors import StorageUnavailable
+from tunepilot.memory.held import holding
 from tunepilot.memory.outage import Outage
 
 
@@ -20,9 +22,10 @@ class Riding(BaseStorage, BaseHeartbeat):
     def __init__(self, inner: BaseStorage, outage: Outage):
         self._inner: Any = inner  # a heartbeat too, where Optuna's storage is one
         self.outage = outage
+        self._unbeaten: dict[int, float] = {}  # trial id: when first seen never to have beat
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in ("_inner", "outage"):
+        if name.startswith("__") or name in ("_inner", "outage", "_unbeaten"):
             raise AttributeError(name)
         return getattr(self._inner, name)
 
@@ -65,9 +68,32 @@ class Riding(BaseStorage, BaseHeartbeat):
         # Asked after the call too: a call that waited out the outage itself returns the
         # heartbeats as the outage left them.
         if self.outage.back_within(grace):
+            self._unbeaten.clear()
             return []
         stale = list(self.outage.call(self._inner._get_stale_trial_ids, study_id))
+        stale += self._never_beat(study_id, grace)
         return [] if self.outage.back_within(grace) else stale
+
+    def _never_beat(self, study_id: int, grace: float) -> list[int]:
+        """The trials RUNNING with no config and no heartbeat at all, seen so here for longer
+        than `grace`: a worker killed between Optuna creating its trial and the trial's first
+        beat. Optuna's own check passes over a trial that never beat, and every other worker,
+        its budget taken, waited for it for ever. A person's own trials (suggest()) never
+        beat: not those."""
+        from optuna.trial import TrialState
+
+        from tunepilot.memory import attrs
+
+        running = self.outage.call(self._inner.get_all_trials, study_id, deepcopy=False,
+                                   states=(TrialState.RUNNING,))
+        bare = {t._trial_id for t in running
+                if not t.params and not t.user_attrs.get(attrs.ASK_TELL)}
+        if bare:
+            backend = getattr(self._inner, "_backend", self._inner)
+            bare -= self.outage.call(_beaten, backend, bare)
+        now = time.monotonic()
+        self._unbeaten = {i: self._unbeaten.get(i, now) for i in bare}
+        return [i for i, seen in self._unbeaten.items() if now - seen > grace]
 
     def record_heartbeat(self, trial_id: int) -> None:
         """A beat, ridden through an outage; past its limit not raised in the heartbeat's
@@ -76,6 +102,18 @@ class Riding(BaseStorage, BaseHeartbeat):
             self.outage.call(self._inner.record_heartbeat, trial_id)
         except StorageUnavailable:
             pass
+
+
+def _beaten(rdb: Any, trial_ids: set[int]) -> set[int]:
+    """Those of `trial_ids` with a heartbeat row in Optuna's RDB storage `rdb` (its tables, read
+    as its own `_get_stale_trial_ids` reads them)."""
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    beat = models.TrialHeartbeatModel
+    with holding(), _create_scoped_session(rdb.scoped_session) as session:
+        return {row[0] for row in session.query(beat.trial_id).filter(
+            beat.trial_id.in_(sorted(trial_ids)))}
 
 
 def _ridden(name: str) -> Callable[..., Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tunepilot.errors import ConfigError, StorageUnavailable, did_you_mean
+from tunepilot.memory import held
 from tunepilot.memory.connections import worker_pool, working
 from tunepilot.memory.recovery import _RETRIES, StaleTrial
 from tunepilot.memory.redact import redact
@@ -43,14 +44,13 @@ def open_storage(url: str, *, heartbeat_s: int | None = 10, retry_stale: int = 1
     for its calls from its opening on, a reader's none until it takes the study lock
     (`connections.worker_pool`).
     """
-    import optuna
     from optuna.storages.journal import JournalFileBackend
 
     if url.startswith("journal:") or url.endswith(".log"):
         path = Path(url.removeprefix("journal:"))
         path.parent.mkdir(parents=True, exist_ok=True)
         _check_journal(path)
-        journal = optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        journal = held.HeldJournalStorage(JournalFileBackend(str(path)))
         _RETRIES[journal] = retry_stale
         return journal
     scheme = url.split(":", 1)[0].split("+", 1)[0]
@@ -188,8 +188,8 @@ def _rdb_storage(url: str, beat: dict[str, Any],
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url),
-                                                  skip_table_creation=not create_tables, **beat)
+                return held.HeldRDBStorage(url, engine_kwargs=_engine_kwargs(url),
+                                           skip_table_creation=not create_tables, **beat)
         except Exception as e:
             if attempt == SCHEMA_ATTEMPTS - 1 or not any(
                     m in f"{type(e).__name__} {e}".lower() for m in _SCHEMA_RACE):

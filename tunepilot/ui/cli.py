@@ -14,9 +14,11 @@ import sys
 
 import typer
 
+from tunepilot.errors import Terminated
+
 # Importing the command modules registers their commands on the app.
 from tunepilot.ui import calibrate_command, search_commands, study_commands  # noqa: F401
-from tunepilot.ui.app import EXIT_INTERRUPTED, app
+from tunepilot.ui.app import EXIT_INTERRUPTED, EXIT_TERMINATED, app
 
 __all__ = ["app", "main"]
 
@@ -55,14 +57,27 @@ def _only_the_command_asked(args: list[str]) -> None:
         app.registered_commands[:] = asked
 
 
+def _interrupt(e: BaseException) -> KeyboardInterrupt | None:
+    seen: BaseException | None = e
+    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+        seen = seen.__cause__ or seen.__context__
+    return seen
+
+
 def main() -> None:
     everything = list(app.registered_commands)
     _only_the_command_asked(sys.argv[1:])
     try:
         app()
-    except KeyboardInterrupt:
-        typer.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as e:
+        # Typer ends a command that an interrupt left (before a search took it in hand: while
+        # it opened its study, say) with 130 and no word, SIGTERM's too.
+        interrupt = _interrupt(e)
+        if interrupt is None:
+            raise
+        sigterm = isinstance(interrupt, Terminated)
+        typer.echo("interrupted (SIGTERM)" if sigterm else "interrupted", err=True)
+        sys.exit(EXIT_TERMINATED if sigterm else EXIT_INTERRUPTED)
     finally:
         app.registered_commands[:] = everything
         # The command is done (its files closed, its output flushed at exit as always): left is
