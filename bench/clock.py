@@ -64,8 +64,10 @@ SPACES = {
     "nb201": SearchSpace.of(**{f"Op{i}": Categorical(_OPS) for i in range(6)}),
 }
 _LOADED: dict[tuple[str, str], Any] = {}
-# `tp:clock=NAME`: the cost rule with another weight of the cost, (trials done, cap) -> power
-# (a bound on the cost, `/clip10`, was tried and dropped: bench/log/2026-12-06.md).
+# `tp:clock=NAME`: expected improvement per second, with the weight of the cost NAME, (trials
+# done, cap) -> power (`cooled`: the rule before 2026-12-07); `tp:clock=pi-NAME`: the chance of
+# the target per second so weighted (`pi`: w = 1). A bound on the cost, `/clip10`, was tried and
+# dropped: bench/log/2026-12-06.md.
 WEIGHTS: dict[str, Callable[[int, int], float]] = {
     "ei": lambda n, cap: 1.0,  # plain EI per second
     "half": lambda n, cap: 0.5,
@@ -118,7 +120,7 @@ def table(family: str, dataset: str) -> Table:
 
 def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
                   weight: Callable[[int, int], float] | None = None,
-                  pi: bool = False) -> list[tuple[float, float]]:
+                  ei: bool = False) -> list[tuple[float, float]]:
     import optuna
 
     from tunepilot import TrainResult, Tuner, trainers
@@ -132,15 +134,14 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
         seen.append((loss, seconds))
         return TrainResult(loss, (), max(seconds, 0.01))
 
-    rule_for, cost_weight = cost.rule_for, cost.cost_weight
-    acqf_of = cost.CostGP._get_acqf_and_best_params
+    rule_for, cost_weight, chance = cost.rule_for, cost.cost_weight, cost.CostGP.chance
     if not clock:
         cost.rule_for = lambda goal: None  # type: ignore[assignment]
     elif weight is not None:  # a variant's weight of the cost: (trials done, cap) -> power
         cost.cost_weight = lambda rule, goal, spent_s, done: weight(  # type: ignore[assignment]
             len(seen), cap)
-    if pi:
-        cost.CostGP._get_acqf_and_best_params = _hits_per_second(t.target)  # type: ignore
+    if ei:  # expected improvement per second, the rule before 2026-12-07
+        cost.CostGP.chance = lambda self, acqf, *args: acqf  # type: ignore[method-assign]
     try:
         tuner = Tuner(trainers.callable(train), t.space, storage="sqlite:///:memory:",
                       study=f"{t.family}-{t.dataset}-{seed}", sampler="auto", pruner="none",
@@ -148,27 +149,8 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
         tuner.run(n_trials=cap, target=t.target)
     finally:
         cost.rule_for, cost.cost_weight = rule_for, cost_weight
-        cost.CostGP._get_acqf_and_best_params = acqf_of  # type: ignore[method-assign]
+        cost.CostGP.chance = chance  # type: ignore[method-assign]
     return seen
-
-
-def _hits_per_second(target: float) -> Callable[..., Any]:
-    """`tp:clock=pi...`: the chance that a config's loss is at the target or under it, per
-    expected second to the power w: log P(loss <= target) - w log cost (with a known target,
-    the config that buys the most chance of ending the search per second)."""
-    from optuna._gp.acqf import LogPI
-
-    from tunepilot.proposers.gp import GP
-
-    def acqf_and_best(self: Any, completed: list[Any], gprs: Any, space: Any, x: np.ndarray,
-                      *args: Any) -> Any:
-        _, best = GP._get_acqf_and_best_params(self, completed, gprs, space, x, *args)
-        raw = -np.array([t.value for t in completed], dtype=float)  # Optuna maximises -loss
-        threshold = (-target - raw.mean()) / max(1e-10, float(raw.std()))
-        inner = LogPI(gpr=gprs[0], search_space=space, threshold=threshold)
-        return self.priced(inner, completed, x, space), best
-
-    return acqf_and_best
 
 
 def run_peer(name: str, t: Table, seed: int, cap: int) -> list[tuple[float, float]]:
@@ -204,11 +186,13 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
     start = time.perf_counter()
     if strategy.startswith("tp:"):
         name, _, variant = strategy.partition("=")
-        # `pi`, `pi-cooled`: the chance of the target per second, w = 1 or cooled
+        # `pi`, `pi-cooled`: the chance of the target per second (the rule since 2026-12-07:
+        # `pi-cooled` is `tp:clock`), w = 1 or cooled; the others: expected improvement
         pi = variant == "pi" or variant.startswith("pi-")
         if pi:
             variant = "ei" if variant == "pi" else variant.removeprefix("pi-")
-        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant), pi)
+        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant),
+                               ei=bool(variant) and not pi)
     else:
         trials = run_peer(strategy, t, seed, cap)
     spent, hit = 0.0, None
@@ -324,6 +308,24 @@ def per_table(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> s
     return "\n".join(lines)
 
 
+def paired(runs: Sequence[Mapping[str, Any]], strategies: Sequence[str]) -> str:
+    """The first strategy against each other, run by run (same table, same seed): on how many
+    it reached the target sooner, later, level; a two-sided sign test's p; misses each."""
+    cost = {_key(r): math.inf if r["train_s"] is None else r["train_s"] for r in runs}
+    first, lines = strategies[0], []
+    for other in strategies[1:]:
+        pairs = [(c, cost[(other, *k[1:])]) for k, c in cost.items()
+                 if k[0] == first and (other, *k[1:]) in cost]
+        sooner, later = sum(a < b for a, b in pairs), sum(a > b for a, b in pairs)
+        n, low = sooner + later, min(sooner, later)
+        p = min(1.0, 2 * sum(math.comb(n, i) for i in range(low + 1)) / 2 ** n) if n else 1.0
+        missed = [sum(math.isinf(pair[i]) for pair in pairs) for i in (0, 1)]
+        lines.append(f"{first} against {other}: sooner on {sooner} of {len(pairs)} runs, later "
+                     f"on {later} (sign test p = {p:.2g}); missed {missed[0]} against "
+                     f"{missed[1]}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=20)
@@ -334,6 +336,9 @@ def main() -> None:
     ap.add_argument("--families", nargs="+", default=list(TABLES), choices=list(TABLES))
     ap.add_argument("--tables", nargs="+", default=[], help="only these tables")
     ap.add_argument("--out", type=Path, default=None, help="raw lines (JSON), kept and added to")
+    ap.add_argument("--also", type=Path, nargs="+", default=[],
+                    help="earlier raw lines reported beside --out's where it lacks the run (the "
+                         "peers' of a run with the same code)")
     ap.add_argument("--report-only", action="store_true")
     args = ap.parse_args()
     if args.tables:
@@ -345,10 +350,15 @@ def main() -> None:
         runs = [json.loads(x) for x in args.out.read_text().splitlines() if x.strip()]
     else:
         runs = benchmark(args.strategies, args.families, seeds, args.cap, args.out, args.jobs)
+    have = {(*_key(r), r["cap"]) for r in runs}
+    runs += [r for f in args.also for r in map(json.loads, f.read_text().splitlines())
+             if (*_key(r), r["cap"]) not in have]
     runs = [r for r in runs if r["seed"] in seeds and r["cap"] == args.cap]
     print(report(runs, args.strategies, [f for f in args.families if TABLES[f]]))
     print()
     print(per_table(runs, args.strategies))
+    print()
+    print(paired(runs, args.strategies))
 
 
 if __name__ == "__main__":

@@ -64,9 +64,66 @@ def test_the_costs_weight_cools_as_the_budget_is_spent() -> None:
     assert [cost.cost_weight("carbo", timed, s, 10) for s in (0.0, 25.0, 100.0, 150.0)] == \
         [1.0, 0.75, 0.0, 0.0]
     counted = {"target": 0.1, "timeout": None, "n_trials": 40}
-    assert cost.rule_for(counted) == "trials"
-    assert [cost.cost_weight("trials", counted, 1e9, n) for n in (0, 10, 40, 50)] == \
+    assert cost.rule_for(counted) == "target"
+    assert [cost.cost_weight("target", counted, 1e9, n) for n in (0, 10, 40, 50)] == \
         [1.0, 0.75, 0.0, 0.0]
+
+
+def test_under_a_target_the_draws_buy_the_chance_of_reaching_it() -> None:
+    """With a target (and no time budget) the GP's acquisition is the log chance that a
+    config's loss is at the target or under it, in place of expected improvement; the chance
+    is highest where the losses were lowest, and beside running trials it is the batch form."""
+    import numpy as np
+    from optuna._gp import acqf as acqfs
+    from optuna._gp import gp, prior
+    from optuna._gp.search_space import SearchSpace as GPSpace
+
+    space = {"x": optuna.distributions.FloatDistribution(-4.0, 4.0)}
+    losses = {-3.0: 0.9, -1.0: 0.5, 0.5: 0.1, 2.0: 0.3, 3.5: 0.8}
+    done = [optuna.trial.create_trial(params={"x": x}, distributions=space, value=v)
+            for x, v in losses.items()]
+    internal = GPSpace(space)
+    x = internal.get_normalized_params(done)
+    y = -np.array(list(losses.values()))
+    gpr = gp.fit_kernel_params(X=x, Y=(y - y.mean()) / y.std(),
+                               is_categorical=internal.is_categorical,
+                               log_prior=prior.default_log_prior,
+                               minimum_noise=prior.DEFAULT_MINIMUM_NOISE_VAR,
+                               deterministic_objective=False)
+    ei = acqfs.LogEI(gpr=gpr, search_space=internal, threshold=float(y.max()))
+    sampler = cost.CostGP(rule="target", goal={"target": 0.05, "n_trials": 20}, seed=0)
+    chance = sampler.chance(ei, done, gpr, internal, 0.05, None)
+    assert isinstance(chance, acqfs.LogPI)
+    assert chance._threshold == pytest.approx((-0.05 - y.mean()) / y.std())
+    at = chance.eval_acqf(torch_of(x)).numpy()
+    order = np.argsort(list(losses.values()))
+    assert list(np.argsort(-at)) == list(order)  # the lower the loss seen, the higher the chance
+    assert (at < 0).all()  # a log chance: no config has reached 0.05
+    batch = sampler.chance(ei, done, gpr, internal, 0.05, x[:1])
+    assert isinstance(batch, acqfs.qLogPI)
+
+
+@pytest.mark.parametrize("goal, inner", [({"target": -1.0}, "LogPI"),
+                                         ({"target": -1.0, "timeout": 36_000.0}, "LogEI"),
+                                         ({"timeout": 36_000.0}, "LogEI")])
+def test_a_run_weighs_the_chance_of_its_target_or_with_a_time_budget_expected_improvement(
+        monkeypatch: pytest.MonkeyPatch, goal: dict[str, float], inner: str) -> None:
+    priced: list[str] = []
+    price = cost.CostGP.priced
+
+    def seen(self: cost.CostGP, acqf: Any, *args: Any) -> Any:
+        priced.append(type(acqf).__name__)
+        return price(self, acqf, *args)
+
+    monkeypatch.setattr(cost.CostGP, "priced", seen)
+    _tuner(f"acqf-{len(goal)}-{inner}").run(n_trials=auto.startup(SPACE) + 2, **goal)
+    assert priced and set(priced) == {inner}
+
+
+def torch_of(x: Any) -> Any:
+    import torch
+
+    return torch.from_numpy(x)
 
 
 def test_a_cheap_config_is_preferred_where_two_are_expected_equally_good() -> None:

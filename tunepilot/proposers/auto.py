@@ -24,8 +24,9 @@ bench/README.md#the-default-sampler):
    grown with the trials since; before any, `FIRST_GP_DRAW_S`.
 
 5. Where the goal is the clock (the run was given `--target` or `--timeout`: `cost`), the GP
-   draws weigh each config's expected improvement against the seconds a second GP expects it
-   to take (bench/README.md#hours-not-trials); with a trial budget alone, as above.
+   draws weigh what each config is expected to buy (the chance of the target; with a time
+   budget, expected improvement) against the seconds a second GP expects it to take
+   (bench/README.md#hours-not-trials); with a trial budget alone, as above.
 
 Each trial records which sampler drew it and in how long (`records.sampler`), so a resume and
 every worker apply the rule from the same figures.
@@ -315,7 +316,7 @@ def build(kind: str, seed: int | None, space: SearchSpace | None, number: int,
                   warn_independent_sampling=False)
     if kind == "gp-cost":  # the goal is the clock (`cost`)
         goal = dict(goal or {})
-        return cost.CostGP(rule=cost.rule_for(goal) or "trials", goal=goal, seed=seed,
+        return cost.CostGP(rule=cost.rule_for(goal) or "target", goal=goal, seed=seed,
                            n_startup_trials=startup(space) if first is None else first,
                            warn_independent_sampling=False)
     # multivariate: parameters interact; constant liar: other workers' running trials count

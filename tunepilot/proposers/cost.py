@@ -6,15 +6,16 @@ seconds, not trials: a config that trains in 20 s and one that trains 20 minutes
 the same to them. There the default's Gaussian-process draws (`auto`) fit a second GP, to the
 log of each trial's own seconds (`TrialRecord.own_s`: the trainer's `wall_time_s` where it
 gave one, else the trial's duration less the sampler's; a pruned trial's partial time and an
-out-of-memory trial's time count as what that config cost), and choose the config with the most
-expected improvement per expected second raised to a power (`RULES`):
+out-of-memory trial's time count as what that config cost), and choose the config that buys the
+most per expected second raised to a power (`RULES`):
 
-- `trials` (a target, no time budget): log EI - w log cost, the weight w cooled from 1 to 0
-  over the trial budget (1 - trials done / `--n-trials`): cheap configs first, then the model's
-  best whatever it costs. Plain EI per second (Snoek et al.; w = 1 throughout) stayed where
-  trials are cheap and missed the target more often.
-- `carbo` (a time budget): the same with w cooled over the time budget (1 - seconds spent /
-  `--timeout`; Lee et al.'s CArBO).
+- `target` (a target, no time budget): the chance of reaching the target, log P(loss <= target)
+  - w log cost, the weight w cooled from 1 to 0 over the trial budget (1 - trials done /
+  `--n-trials`): cheap configs first, then the model's best chance whatever it costs. Expected
+  improvement in its place (log EI - w log cost) missed the target more often and reached it
+  later; plain EI per second (Snoek et al.; w = 1 throughout) stayed where trials are cheap.
+- `carbo` (a time budget): log EI - w log cost, w cooled over the time budget (1 - seconds
+  spent / `--timeout`; Lee et al.'s CArBO).
 
 Which rule measured best, and beside which peers: bench/README.md#hours-not-trials. With a
 trial budget alone the per-trial rule stays (`auto.choose`).
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 
 # The rules by name, and what the first lines say of each.
 RULES = {
-    "trials": "expected improvement per expected second, the cost's weight cooled from 1 to 0 "
-              "over the trial budget",
+    "target": "the chance of reaching the target per expected second, the cost's weight cooled "
+              "from 1 to 0 over the trial budget",
     "carbo": "expected improvement per expected second, the cost's weight cooled from 1 to 0 "
              "as the time budget is spent (CArBO)",
 }
@@ -50,7 +51,7 @@ def rule_for(goal: Mapping[str, Any]) -> str | None:
     if goal.get("timeout"):
         return "carbo"
     if goal.get("target") is not None:
-        return "trials"
+        return "target"
     return None
 
 
@@ -70,19 +71,19 @@ def clock_line(target: float | None, timeout: float | None) -> str | None:
 def cost_weight(rule: str, goal: Mapping[str, Any], spent_s: float, done: int) -> float:
     """The power of the expected cost the rule divides by: the share of the budget left (1 at
     the start, 0 when it is spent), of the time budget for `carbo` (`spent_s` of the trials'
-    own seconds), of the trial budget for `trials` (`done` trials)."""
+    own seconds), of the trial budget for `target` (`done` trials)."""
     if rule == "carbo" and goal.get("timeout"):
         return max(0.0, 1.0 - spent_s / float(goal["timeout"]))
-    if rule == "trials" and goal.get("n_trials"):
+    if rule == "target" and goal.get("n_trials"):
         return max(0.0, 1.0 - done / float(goal["n_trials"]))
     return 1.0
 
 
 class CostGP(GP):
-    """tunepilot's GP (`gp.GP`) whose acquisition divides expected improvement by the expected
-    seconds to the power `cost_weight`: log EI(x) - w * log cost(x), the cost a GP fitted to
-    the log of the trials' seconds. `expected_s`: what the model expected the drawn config to
-    cost (recorded with the trial)."""
+    """tunepilot's GP (`gp.GP`) whose acquisition (log EI; under `target`, the log chance of
+    the target) is less the expected log seconds times `cost_weight`: log a(x) - w * log
+    cost(x), the cost a GP fitted to the log of the trials' seconds. `expected_s`: what the
+    model expected the drawn config to cost (recorded with the trial)."""
 
     def __init__(self, *, rule: str, goal: Mapping[str, Any], **kw: Any):
         super().__init__(**kw)
@@ -95,7 +96,31 @@ class CostGP(GP):
                                   *args: Any) -> Any:
         acqf, best = super()._get_acqf_and_best_params(
             completed_trials, gprs_list, internal_search_space, normalized_params, *args)
+        if self.rule == "target" and self.goal.get("target") is not None:
+            acqf = self.chance(acqf, completed_trials, gprs_list[0], internal_search_space,
+                               float(self.goal["target"]), args[0] if args else None)
         return self.priced(acqf, completed_trials, normalized_params, internal_search_space), best
+
+    def chance(self, acqf: Any, completed_trials: list[FrozenTrial], gpr: Any,
+               internal_search_space: Any, target: float, running: np.ndarray | None) -> Any:
+        """In place of Optuna's log EI (`acqf`), the log chance that a config's loss is at
+        `target` or under it, as the loss GP `gpr` predicts (Optuna's LogPI; its batch form
+        beside running trials, as Optuna's qLogEI). The GP models the trials' standardized
+        negated losses, so the target is put on that scale."""
+        from optuna._gp import acqf as acqfs
+        from optuna.samplers._gp.sampler import _MAX_QMC_SEED_VALUE, _standardize_values
+
+        if not isinstance(acqf, acqfs.LogEI | acqfs.qLogEI):
+            return acqf  # (constrained or multi-objective: not a tunepilot study's)
+        _, mean, std = _standardize_values(-np.array([[t.value] for t in completed_trials]))
+        threshold = float((-target - mean[0]) / max(1e-10, float(std[0])))
+        if running is None:
+            return acqfs.LogPI(gpr=gpr, search_space=internal_search_space,
+                               threshold=threshold)
+        return acqfs.qLogPI(gpr=gpr, search_space=internal_search_space, threshold=threshold,
+                            n_qmc_samples=self._n_qmc_samples_qei,
+                            qmc_seed=self._rng.rng.randint(_MAX_QMC_SEED_VALUE),
+                            normalized_params_of_running_trials=running)
 
     def priced(self, acqf: Any, completed_trials: list[FrozenTrial], x: np.ndarray,
                internal_search_space: Any) -> Any:
