@@ -1,12 +1,13 @@
 """Storage calls that Ctrl-C and SIGTERM do not cut in half.
 
 A signal raised in the middle of a storage call can leave a connection checked out inside its
-transaction: on SQLite that connection kept the write lock, and the run's next write (marking
-the interrupted trial failed) waited out SQLite's 30 s timeout, then failed. Inside
-`holding()` (every call of the storages `open_storage` makes: `HeldRDBStorage`,
-`HeldJournalStorage`) the signal handler of `runtime.interrupts` records the signal instead of
-raising it (`defer`), and the interrupt is raised as the call returns. A call that waits longer
-than the handler's redelivery (5 s) is cut by the signal's second delivery, as before.
+transaction: on SQLite that connection kept the write lock, and the run's next write (the stop
+it records) waited out SQLite's 30 s timeout, then failed. Inside `holding()` (every call of
+the storages `open_storage` makes, `HeldRDBStorage` and `HeldJournalStorage`, and the calls
+Optuna's cache makes of them) the signal handler of `runtime.interrupts` records the signal
+instead of raising it (`defer`), and the interrupt is raised as the call returns. A call that
+waits (on SQLite's lock, say) keeps it until then; pressed twice more, Ctrl-C ends the process
+at once.
 
 On a database server the outage rider (`riding.Riding`) waits between the attempts of a call,
 outside the hold: Ctrl-C ends a wait for a server at once.
@@ -92,11 +93,17 @@ def _held(base: type, name: str) -> Callable[..., Any]:
     return method
 
 
+# What Optuna's cache (`_CachedStorage`, which Optuna puts over an RDB storage it is given)
+# calls of the RDB storage under it, besides the storage protocol: most reads of a study.
+_CACHE_CALLS = ("_create_new_trial", "_get_best_trial_id", "_get_trials", "_set_trial_param",
+                "_get_stale_trial_ids")
+
+
 def _held_class(base: type) -> type:
     from optuna.storages import BaseStorage
     from optuna.storages._heartbeat import BaseHeartbeat
 
-    names = {n for n in {*dir(BaseStorage), *dir(BaseHeartbeat), "_get_stale_trial_ids"}
+    names = {n for n in {*dir(BaseStorage), *dir(BaseHeartbeat), *_CACHE_CALLS}
              if not n.startswith("__") and callable(getattr(base, n, None))}
     cls = type(f"Held{base.__name__}", (base,), {n: _held(base, n) for n in sorted(names)})
     cls.__module__ = __name__
