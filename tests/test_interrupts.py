@@ -112,3 +112,29 @@ def test_an_interrupt_before_the_search_exits_with_its_signals_code(monkeypatch,
         cli.main()
     assert e.value.code == code
     assert capsys.readouterr().err.strip() == said
+
+
+def test_a_notebooks_tuner_run_holds_its_storage_calls_too():
+    """`Tuner.run` called from a notebook (no `tune` command around it) sets the handler
+    itself: a Ctrl-C (the kernel's SIGINT) during a storage call waits for the call, and the run
+    ends as interrupted, its trial failed and queued again."""
+    from tunepilot import Float, SearchSpace, TrainResult, Tuner, trainers
+    from tunepilot.memory import History
+
+    ended: list[str] = []
+
+    def train(config: Any, report: Any) -> TrainResult:
+        with held.holding():  # as a storage call is held
+            signal.raise_signal(signal.SIGINT)
+            ended.append("the held block ran to its end")
+        raise AssertionError("not reached: the interrupt is raised as the block ends")
+
+    tuner = Tuner(trainers.callable(train), SearchSpace.of(x=Float(0.0, 1.0)),
+                  storage="sqlite:///:memory:", study="notebook", display=None)
+    result = tuner.run(n_trials=3)
+    assert ended == ["the held block ran to its end"]
+    assert result.interrupted and not result.terminated
+    [trial, again] = History.from_study(tuner.study)
+    assert trial.state == "fail" and trial.error == {"kind": "interrupted", "message": "Ctrl-C"}
+    assert again.state == "waiting" and again.params == trial.params
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # given back

@@ -312,7 +312,7 @@ class Tuner(AskTell):
             # The study as the run finds it ("resuming: 2 trials done"), before the trials a
             # dead process left are failed here (each said in a line of its own). A database
             # server that goes away and comes back is said where the run is watched.
-            with heard_by(self.storage, self.display.notice):
+            with heard_by(self.storage, self.display.notice), interrupts.raising():
                 found = History.from_study(self.study)
                 dead = recover(self.study, self._open) if one_process.path else []
                 return self._run(n_trials, target, timeout, patience, min_delta,

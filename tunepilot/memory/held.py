@@ -34,6 +34,11 @@ def start(counting: bool) -> None:
     _counting, _depth, _pending = counting, 0, None
 
 
+def counting() -> bool:
+    """Whether a handler that defers is installed."""
+    return _counting
+
+
 def defer(signum: int) -> bool:
     """The handler's question: True (and the signal kept for the hold's end) inside a hold."""
     global _pending

@@ -90,8 +90,8 @@ def check() -> None:
 def raising() -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt and SIGTERM raises `Terminated`, reliably."""
     global _requested, _redeliver
-    if threading.current_thread() is not threading.main_thread():
-        yield
+    if threading.current_thread() is not threading.main_thread() or held.counting():
+        yield  # (a thread's search, or inside a `raising()` already: `tune run`'s, say)
         return
     previous = {s: signal.signal(s, _handler) for s in (signal.SIGINT, signal.SIGTERM)}
     _requested, _redeliver = None, None
