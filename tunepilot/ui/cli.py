@@ -58,10 +58,13 @@ def _only_the_command_asked(args: list[str]) -> None:
 
 
 def _interrupt(e: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt in `e`'s chain of causes, if any."""
     seen: BaseException | None = e
-    while seen is not None and not isinstance(seen, KeyboardInterrupt):
+    for _ in range(32):  # (a chain is short; this bounds a looped one)
+        if seen is None or isinstance(seen, KeyboardInterrupt):
+            return seen
         seen = seen.__cause__ or seen.__context__
-    return seen
+    return None
 
 
 def main() -> None:
