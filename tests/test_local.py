@@ -89,10 +89,20 @@ def test_tune_with_the_embedded_model_in_process(tmp_path, model_path):
     assert "strategy: review (Optuna's" in proc.stdout
     study = load_study(f"sqlite:///{tmp_path / 's.db'}", None)
     assert study.trials[0].user_attrs["proposer"] == "enqueued"  # the space's defaults
-    for t in study.trials[1:]:  # the model read the sampler's candidate and answered
-        assert t.user_attrs["llm"]["tokens_out"] > 0, t.user_attrs
-        assert t.user_attrs.get("review") or t.user_attrs["proposer"] == "fallback"
-    assert "LLM: asked on 3 trials" in proc.stdout
+    asked = [t for t in study.trials[1:] if "llm" in t.user_attrs]
+    assert asked and asked[0].number == 1  # its first turn is always asked
+    for t in study.trials[1:]:
+        if "llm" in t.user_attrs:  # the model read the sampler's candidate and answered
+            assert t.user_attrs["llm"]["tokens_out"] > 0, t.user_attrs
+            assert t.user_attrs.get("review") or t.user_attrs["proposer"] == "fallback"
+        else:
+            # Not asked: only after a turn with no valid answer put its record below even,
+            # until the engine's GP can check what it proposes (proposers/review.py). The
+            # small model's answers follow its prompt, which holds the trials' timings.
+            assert any(e.user_attrs["proposer"] == "fallback" and "no valid answer" in
+                       e.user_attrs["fallback_reason"] for e in study.trials[1:t.number]), \
+                [e.user_attrs for e in study.trials]
+    assert f"LLM: asked on {len(asked)} trials" in proc.stdout
     show = run_tune("show", "--storage", "sqlite:///s.db", cwd=tmp_path)
     assert show.returncode == 0 and " optuna " in show.stdout  # accepted: the sampler's
 
