@@ -351,8 +351,8 @@ def main() -> None:
     else:
         runs = benchmark(args.strategies, args.families, seeds, args.cap, args.out, args.jobs)
     have = {(*_key(r), r["cap"]) for r in runs}
-    runs += [r for f in args.also for r in map(json.loads, f.read_text().splitlines())
-             if (*_key(r), r["cap"]) not in have]
+    runs += [r for f in args.also for x in f.read_text().splitlines() if x.strip()
+             if (*_key(r := json.loads(x)), r["cap"]) not in have]
     runs = [r for r in runs if r["seed"] in seeds and r["cap"] == args.cap]
     print(report(runs, args.strategies, [f for f in args.families if TABLES[f]]))
     print()

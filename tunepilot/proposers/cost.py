@@ -108,12 +108,12 @@ class CostGP(GP):
         beside running trials, as Optuna's qLogEI). The GP models the trials' standardized
         negated losses, so the target is put on that scale."""
         from optuna._gp import acqf as acqfs
-        from optuna.samplers._gp.sampler import _MAX_QMC_SEED_VALUE, _standardize_values
+        from optuna.samplers._gp.sampler import _MAX_QMC_SEED_VALUE, EPS, _standardize_values
 
         if not isinstance(acqf, acqfs.LogEI | acqfs.qLogEI):
             return acqf  # (constrained or multi-objective: not a tunepilot study's)
         _, mean, std = _standardize_values(-np.array([[t.value] for t in completed_trials]))
-        threshold = float((-target - mean[0]) / max(1e-10, float(std[0])))
+        threshold = float((-target - mean[0]) / max(EPS, float(std[0])))
         if running is None:
             return acqfs.LogPI(gpr=gpr, search_space=internal_search_space,
                                threshold=threshold)
