@@ -16,8 +16,11 @@ the peers with their own defaults (blind to cost), seed by seed, in one run.
   rule off (today's per-trial rule told the target). `optuna-tpe`, `optuna-gp`, `hebo`: the
   peers as `bench/peers.py` drives them (no default config: neither does tunepilot here).
 
-Raw lines: one JSON line per run in `--out` (kept; a rerun adds the runs it lacks). The table:
-per family and pooled, the geometric mean over tables of the median seconds over seeds (a
+A choice's options are listed in an order drawn for each table and seed (`shuffled`), the same
+for every strategy.
+
+Raw lines: one JSON line per run in `--out` (kept; a rerun adds the runs it lacks). The table: per
+family and pooled, the geometric mean over tables of the median seconds over seeds (a
 missed run counts as infinite: a median past the misses is `inf`), misses, and each strategy's
 ratio to the peers, with a standard error over seeds by a bootstrap of the seeds.
 """
@@ -29,6 +32,7 @@ import json
 import math
 import sys
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -112,13 +116,32 @@ class Table:
         return self.table[key]
 
 
+def shuffled(space: SearchSpace, dataset: str, seed: int) -> SearchSpace:
+    """`space` with each choice's options in an order drawn for the table and seed, the same
+    for every strategy: the tables list NAS-Bench-201's operations with the two worst ("none",
+    "avg_pool_3x3") at the ends, and a sampler that rounds a number to an option's index draws
+    the end options half as often (HEBO's start design does: bench/log/2026-12-07.md). The
+    optimum's position is then the seed's draw, as in the synthetic families."""
+    rng = np.random.default_rng([seed, zlib.crc32(dataset.encode())])
+    return SearchSpace.of(**{
+        name: Categorical([p.choices[i] for i in rng.permutation(len(p.choices))])
+        if isinstance(p, Categorical) else p for name, p in space.params.items()})
+
+
+def ordered(family: str) -> bool:
+    """Whether the order of a choice's options can favour a sampler on `family` (a choice of
+    three or more options: a two-way choice's rounding splits it evenly)."""
+    return any(isinstance(p, Categorical) and len(p.choices) > 2
+               for p in SPACES[family].params.values())
+
+
 def table(family: str, dataset: str) -> Table:
     if (family, dataset) not in _LOADED:
         _LOADED[family, dataset] = Table(family, dataset)
     return _LOADED[family, dataset]
 
 
-def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
+def run_tunepilot(t: Table, space: SearchSpace, seed: int, cap: int, clock: bool,
                   weight: Callable[[int, int], float] | None = None,
                   ei: bool = False) -> list[tuple[float, float]]:
     import optuna
@@ -143,7 +166,7 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
     if ei:  # expected improvement per second, the rule before 2026-12-07
         cost.CostGP.chance = lambda self, acqf, *args: acqf  # type: ignore[method-assign]
     try:
-        tuner = Tuner(trainers.callable(train), t.space, storage="sqlite:///:memory:",
+        tuner = Tuner(trainers.callable(train), space, storage="sqlite:///:memory:",
                       study=f"{t.family}-{t.dataset}-{seed}", sampler="auto", pruner="none",
                       seed=seed, display=None)
         tuner.run(n_trials=cap, target=t.target)
@@ -153,7 +176,8 @@ def run_tunepilot(t: Table, seed: int, cap: int, clock: bool,
     return seen
 
 
-def run_peer(name: str, t: Table, seed: int, cap: int) -> list[tuple[float, float]]:
+def run_peer(name: str, t: Table, space: SearchSpace, seed: int,
+             cap: int) -> list[tuple[float, float]]:
     from families import Problem
     from peers import PEERS
 
@@ -165,7 +189,7 @@ def run_peer(name: str, t: Table, seed: int, cap: int) -> list[tuple[float, floa
             raise Reached
         return seen[-1][0], seen[-1][0]
 
-    p = Problem(t.family, t.dataset, t.space, None, loss, np.array([0.0]))
+    p = Problem(t.family, t.dataset, space, None, loss, np.array([0.0]))
     try:
         PEERS[name](p, seed, cap)
     except Reached:
@@ -183,6 +207,7 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
     torch.set_num_threads(1)  # one process a core, every strategy alike
     strategy, family, dataset, seed = key
     t = table(family, dataset)
+    space = shuffled(t.space, dataset, seed)
     start = time.perf_counter()
     if strategy.startswith("tp:"):
         name, _, variant = strategy.partition("=")
@@ -191,10 +216,10 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
         pi = variant == "pi" or variant.startswith("pi-")
         if pi:
             variant = "ei" if variant == "pi" else variant.removeprefix("pi-")
-        trials = run_tunepilot(t, seed, cap, name == "tp:clock", WEIGHTS.get(variant),
+        trials = run_tunepilot(t, space, seed, cap, name == "tp:clock", WEIGHTS.get(variant),
                                ei=bool(variant) and not pi)
     else:
-        trials = run_peer(strategy, t, seed, cap)
+        trials = run_peer(strategy, t, space, seed, cap)
     spent, hit = 0.0, None
     for i, (loss, seconds) in enumerate(trials):
         spent += seconds
@@ -204,18 +229,25 @@ def run_one(key: tuple[str, str, str, int], cap: int) -> dict[str, Any]:
     return {"strategy": strategy, "family": family, "table": dataset, "seed": seed, "cap": cap,
             "target": t.target, "reached_at": hit, "train_s": round(spent, 2) if hit is not None
             else None, "spent_s": round(spent, 2), "wall_s": round(time.perf_counter() - start, 2),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "date": time.strftime("%Y-%m-%d %H:%M"), "choices": "shuffled"}
 
 
 def _key(r: Mapping[str, Any]) -> tuple[str, str, str, int]:
     return (r["strategy"], r["family"], r["table"], r["seed"])
 
 
+def fair(r: Mapping[str, Any]) -> bool:
+    """Whether a raw line counts: on a family whose choices' order can favour a sampler
+    (`ordered`), only runs over the seed's shuffled order (lines before 2026-12-07's evening
+    ran the tables' own order)."""
+    return not ordered(r["family"]) or r.get("choices") == "shuffled"
+
+
 def benchmark(strategies: Sequence[str], families: Sequence[str], seeds: Sequence[int],
               cap: int, out: Path | None, jobs: int) -> list[dict[str, Any]]:
     runs = [json.loads(x) for x in out.read_text().splitlines() if x.strip()] \
         if out is not None and out.exists() else []
-    runs = [r for r in runs if r["cap"] == cap]
+    runs = [r for r in runs if r["cap"] == cap and fair(r)]
     have = {_key(r) for r in runs}
     todo = [(s, f, d, seed) for seed in seeds for f in families for d in TABLES[f]
             for s in strategies if (s, f, d, seed) not in have]
@@ -347,12 +379,13 @@ def main() -> None:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     if args.report_only:
         assert args.out is not None, "--report-only reads --out"
-        runs = [json.loads(x) for x in args.out.read_text().splitlines() if x.strip()]
+        runs = [r for x in args.out.read_text().splitlines() if x.strip()
+                if fair(r := json.loads(x))]
     else:
         runs = benchmark(args.strategies, args.families, seeds, args.cap, args.out, args.jobs)
     have = {(*_key(r), r["cap"]) for r in runs}
     runs += [r for f in args.also for x in f.read_text().splitlines() if x.strip()
-             if (*_key(r := json.loads(x)), r["cap"]) not in have]
+             if (*_key(r := json.loads(x)), r["cap"]) not in have and fair(r)]
     runs = [r for r in runs if r["seed"] in seeds and r["cap"] == args.cap]
     print(report(runs, args.strategies, [f for f in args.families if TABLES[f]]))
     print()
