@@ -342,3 +342,21 @@ def test_the_engine_tables_pair_any_strategy_against_any_peer(tmp_path, monkeypa
         tables("--paired-against", "smac")
     assert "--paired-against smac: no runs of it here (these hold: hebo, tp:auto)" in \
         capsys.readouterr().err
+
+
+def test_the_clock_benchs_choices_are_in_an_order_drawn_per_seed_alike_for_every_strategy():
+    """bench/clock.py: a choice's options listed in an order drawn for the table and seed (a
+    table's own list can favour a sampler that rounds to an option's index); numbers untouched;
+    a raw line of the tables' own order no longer counts where the order can matter."""
+    clock = _bench("clock")
+    nb201, hpobench = clock.SPACES["nb201"], clock.SPACES["hpobench"]
+    once = clock.shuffled(nb201, "cifar10", 3)
+    assert once == clock.shuffled(nb201, "cifar10", 3)  # every strategy's run of the seed
+    orders = {clock.shuffled(nb201, "cifar10", s).params["Op0"].choices for s in range(20)}
+    assert len(orders) > 10 and all(sorted(o) == sorted(clock._OPS) for o in orders)
+    assert once.params["Op0"].choices != once.params["Op1"].choices or \
+        once.params["Op1"].choices != once.params["Op2"].choices  # each choice drawn apart
+    assert clock.shuffled(hpobench, "vehicle", 3) == hpobench
+    line = {"family": "nb201", "strategy": "hebo", "table": "cifar10", "seed": 0}
+    assert not clock.fair(line) and clock.fair({**line, "choices": "shuffled"})
+    assert clock.fair({**line, "family": "hpolib"})  # two-way choices: no order to favour
