@@ -75,6 +75,8 @@ _LOADED: dict[tuple[str, str], Any] = {}
 WEIGHTS: dict[str, Callable[[int, int], float]] = {
     "ei": lambda n, cap: 1.0,  # plain EI per second
     "half": lambda n, cap: 0.5,
+    "zero": lambda n, cap: 0.0,  # the rule's acquisition alone, the cost not weighed
+    "alt": lambda n, cap: 0.0 if n % 2 else max(0.0, 1.0 - n / cap),  # cooled, every other 0
     "cooled": lambda n, cap: max(0.0, 1.0 - n / cap),  # CArBO, the trial cap as the budget
     "cooled-half": lambda n, cap: max(0.0, 1.0 - 2.0 * n / cap),
 }
